@@ -1,0 +1,1 @@
+"""Returns, advantages, losses and the learner: pure functions."""

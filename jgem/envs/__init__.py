@@ -1,0 +1,5 @@
+"""Built-in environment suites. Importing this registers their ids (cheap: no suite is imported)."""
+
+from jgem.envs import games  # noqa: F401  game:*
+from jgem.envs import suites  # noqa: F401  math:*, code:*, qa:*, rg:*
+from jgem.envs import agentgym  # noqa: F401  agentgym:*

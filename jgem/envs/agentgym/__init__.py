@@ -1,0 +1,1 @@
+"""AgentGym environments: id registrations (BabyAI, TextCraft, SciWorld, DeepSearch)."""

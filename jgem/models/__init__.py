@@ -1,0 +1,1 @@
+"""Flax NNX models, HF checkpoints, tokenizers and the sampler."""

@@ -1,0 +1,98 @@
+"""Env registry: ids map to lazy "module:Class" entry points plus default kwargs (GEM style)."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jgem.core import Env
+
+_REGISTRY: dict[str, EnvSpec] = {}
+_BUILTINS_LOADED = False
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build one env id: an entry point ("module:Class" or a callable) and default kwargs."""
+
+    id: str
+    entry_point: str | Callable[..., Env]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> Callable[..., Env]:
+        if callable(self.entry_point):
+            return self.entry_point
+        module_name, _, attr = self.entry_point.partition(":")
+        if not attr:
+            raise ValueError(f"entry point {self.entry_point!r} of {self.id!r} is not 'module:Class'")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            raise ImportError(
+                f"env {self.id!r} needs module {module_name!r}, which failed to import ({e}); "
+                "install the extra that provides it (see docs/environments.md)"
+            ) from e
+        return getattr(module, attr)
+
+
+def register(env_id: str, entry_point: str | Callable[..., Env], *, overwrite: bool = False, **kwargs: Any) -> None:
+    """Register `env_id`; `kwargs` are the defaults passed to the entry point by `make`."""
+    if not overwrite and env_id in _REGISTRY:
+        raise ValueError(f"env id {env_id!r} is already registered; pass overwrite=True to replace it")
+    _REGISTRY[env_id] = EnvSpec(env_id, entry_point, dict(kwargs))
+
+
+def _load_builtins() -> None:
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        _BUILTINS_LOADED = True
+        importlib.import_module("jgem.envs")  # registers the built-in suites (ids only, no heavy imports)
+
+
+def spec(env_id: str) -> EnvSpec:
+    _load_builtins()
+    try:
+        return _REGISTRY[env_id]
+    except KeyError:
+        close = difflib.get_close_matches(env_id, list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else "; see jgem.list_envs()"
+        raise KeyError(f"unknown env id {env_id!r}{hint}") from None
+
+
+def list_envs(prefix: str = "") -> list[str]:
+    """All registered ids that start with `prefix`, sorted."""
+    _load_builtins()
+    return sorted(i for i in _REGISTRY if i.startswith(prefix))
+
+
+def _check_kwargs(env_id: str, cls: Callable[..., Env], kwargs: dict[str, Any]) -> None:
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    valid = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for name in kwargs:
+        if name not in valid:
+            close = difflib.get_close_matches(name, valid, n=2, cutoff=0.5)
+            hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
+            raise TypeError(f"{env_id!r} got an unexpected parameter {name!r}; {hint}valid parameters: {', '.join(valid)}")
+
+
+def make(env_id: str, **kwargs: Any) -> Env:
+    """Build a registered env; `kwargs` override the registered defaults."""
+    s = spec(env_id)
+    cls = s.load()
+    merged = {**s.kwargs, **kwargs}
+    _check_kwargs(env_id, cls, merged)
+    env = cls(**merged)
+    try:
+        env.spec = EnvSpec(env_id, s.entry_point, merged)
+    except AttributeError:  # wrappers expose spec read-only; theirs comes from the inner env
+        pass
+    return env

@@ -1,0 +1,1 @@
+"""Multi-turn rollout collection and batching."""
