@@ -1,0 +1,60 @@
+"""Scripted reference solvers for the games: `solver_for(env_id)` -> a fresh Solver.
+
+Each game module defines `class Solver` with `reset(obs, info, env)` and `act(obs, info, env) -> str`;
+`env` is the unwrapped game, for solvers that need what a player can see on the board.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+from jgem.core import Env
+
+
+class Solver(Protocol):
+    def reset(self, obs: str, info: dict[str, Any], env: Env) -> None: ...
+
+    def act(self, obs: str, info: dict[str, Any], env: Env) -> str: ...
+
+
+_MODULES = {
+    "GuessTheNumber": "guess_the_number",
+    "Mastermind": "mastermind",
+    "Minesweeper": "minesweeper",
+    "Wordle": "wordle",
+    "FifteenPuzzle": "fifteen_puzzle",
+    "Hangman": "hangman",
+    "Sudoku": "sudoku",
+    "TowerofHanoi": "tower_of_hanoi",
+    "Game2048": "game_2048",
+    "Sokoban": "sokoban",
+    "Crosswords": "crosswords",
+    "WordSearch": "word_search",
+}
+
+
+def game_name(env_id: str) -> str:
+    """'game:Sudoku-v0-easy' -> 'Sudoku'."""
+    return env_id.removeprefix("game:").split("-v0")[0]
+
+
+def solver_for(env_id: str) -> Solver:
+    name = game_name(env_id)
+    if name not in _MODULES:
+        raise KeyError(f"no scripted solver for {env_id!r}; games with solvers: {', '.join(_MODULES)}")
+    return importlib.import_module(f"jgem.envs.games.{_MODULES[name]}").Solver()
+
+
+def play(env: Env, solver: Solver, seed: int | None = None, max_steps: int = 1000) -> tuple[float, int, bool]:
+    """Play one episode; returns (return, turns, success)."""
+    obs, info = env.reset(seed=seed)
+    solver.reset(obs, info, env.unwrapped)
+    total, turns = 0.0, 0
+    for _ in range(max_steps):
+        obs, reward, terminated, truncated, info = env.step(solver.act(obs, info, env.unwrapped))
+        total += reward
+        turns += 1
+        if terminated or truncated:
+            return total, turns, terminated and not truncated and reward > 0
+    return total, turns, False
