@@ -51,6 +51,7 @@ class GameEnv(Env):
 
     Turn limit (GEM convention): when the turn that just ran was the last one and the game did not
     end otherwise, the step returns `terminated=True, truncated=True`.
+    Every episode-ending step's info carries `success: bool` (the game was won).
     """
 
     max_turns: int

@@ -56,5 +56,5 @@ def play(env: Env, solver: Solver, seed: int | None = None, max_steps: int = 100
         total += reward
         turns += 1
         if terminated or truncated:
-            return total, turns, terminated and not truncated and reward > 0
+            return total, turns, bool(info.get("success", False))
     return total, turns, False
