@@ -1,0 +1,1 @@
+"""Shipped data for the task suites (QA corpus and questions, math and code problems)."""
