@@ -1,0 +1,64 @@
+"""The wire contract shared by the env server and its clients (no FastAPI or httpx imports here).
+
+AgentGym's contract, keyed by an integer env id:
+  POST /create {"env_id"?, "env_kwargs"?}        -> {"id", "instance"}
+  POST /reset  {"id", "seed"? | "data_idx"?}      -> StepPayload (reward 0, done false)
+  POST /step   {"id", "action", "seq"?}           -> StepPayload
+  GET  /observation?id=N                          -> {"observation"}
+  POST /close  {"id"}                             -> {"closed": true}
+jgem's additions: POST /batch/create {"count", "env_id"?, "env_kwargs"?} -> {"ids"}, POST /batch/reset
+{"items": [reset bodies]}, POST /batch/step {"items": [step bodies]} -> {"results": [StepPayload | {"error"}]},
+POST /snapshot {"id"} -> {"snapshot"}, POST /restore {"id", "snapshot"}, GET /health, GET /metrics.
+
+A StepPayload is {"observation", "reward", "score", "done", "terminated", "truncated", "info"}: AgentGym's
+four fields plus GEM's. `seq` numbers the steps of one episode (1, 2, ...): a retried step with the
+number of the last applied step returns that step's result again instead of stepping twice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TOKEN_HEADER = "Authorization"
+INSTANCE_HEADER = "X-Jgem-Instance"
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: ample for text actions, small enough to refuse abuse
+DEFAULT_PORT = 8700
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    """Request headers carrying `token` (none without one)."""
+    return {TOKEN_HEADER: f"Bearer {token}"} if token else {}
+
+
+def jsonable(value: Any, _depth: int = 0) -> Any:
+    """`value` as plain JSON types: numpy scalars/arrays become numbers/lists, anything else its repr.
+
+    Infos travel over the wire; an env that puts an object in its info must not break the server.
+    """
+    if _depth > 20:
+        return repr(value)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {str(k): jsonable(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v, _depth + 1) for v in value]
+    tolist = getattr(value, "tolist", None)  # numpy scalars and arrays
+    if callable(tolist):
+        return jsonable(tolist(), _depth + 1)
+    return repr(value)
+
+
+def step_payload(obs: Any, reward: float, terminated: bool, truncated: bool, info: dict, score: float) -> dict:
+    return {
+        "observation": jsonable(obs),
+        "reward": float(reward),
+        "score": float(score),
+        "done": bool(terminated or truncated),
+        "terminated": bool(terminated),
+        "truncated": bool(truncated),
+        "info": jsonable(info),
+    }

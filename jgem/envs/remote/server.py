@@ -1,0 +1,268 @@
+"""HTTP env server: any registered env id behind AgentGym's contract plus jgem's batched endpoints.
+
+`create_app(ServeConfig(...))` builds the FastAPI app; `jgem-serve` (`main`) runs it under uvicorn.
+Every route but `/health` needs `Authorization: Bearer <token>` when the server has a token.
+"""
+
+# No `from __future__ import annotations`: FastAPI must resolve the request models defined inside create_app.
+import argparse
+import asyncio
+import contextlib
+import hmac
+import importlib
+import ipaddress
+import logging
+import os
+import sys
+from typing import Annotated, Any
+
+from jgem.envs.remote.protocol import DEFAULT_PORT, INSTANCE_HEADER, TOKEN_HEADER
+from jgem.envs.remote.service import EnvService, ServeConfig, ServiceError
+
+log = logging.getLogger("jgem.serve")
+
+
+class BodyLimit:
+    """ASGI middleware refusing request bodies over `max_bytes` with 413, declared or streamed."""
+
+    def __init__(self, app: Any, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._refuse(send)
+        # Read the whole body first (bounded), so a streamed oversized body is refused before any handler runs.
+        chunks, seen = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
+            if seen > self.max_bytes:
+                return await self._refuse(send)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Any) -> None:
+        body = (f'{{"detail": "request body exceeds the server limit of {self.max_bytes} bytes; send smaller '
+                f'batches or start the server with a larger --max-body-bytes"}}').encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
+    """The FastAPI app serving `config.envs`."""
+    from fastapi import Body, Depends, FastAPI, HTTPException, Request
+    from fastapi.concurrency import run_in_threadpool
+    from fastapi.responses import JSONResponse, PlainTextResponse
+    from pydantic import BaseModel, ConfigDict, Field
+
+    svc = service or EnvService(config)
+
+    class _Body(BaseModel):
+        model_config = ConfigDict(extra="ignore")  # AgentGym clients send extra fields; ignore them
+
+    class CreateBody(_Body):
+        env_id: str | None = None
+        env_kwargs: dict[str, Any] | None = None
+
+    class BatchCreateBody(CreateBody):
+        count: int = Field(ge=1, le=config.max_batch)
+
+    class IdBody(_Body):
+        id: int
+
+    class ResetBody(IdBody):
+        seed: int | None = None
+        data_idx: int | None = None  # AgentGym's name for the task index; used as the seed
+
+    class StepBody(IdBody):
+        action: str
+        seq: int | None = None
+
+    class RestoreBody(IdBody):
+        snapshot: str
+
+    class BatchReset(_Body):
+        items: list[ResetBody] = Field(max_length=config.max_batch)
+
+    class BatchStep(_Body):
+        items: list[StepBody] = Field(max_length=config.max_batch)
+
+    async def authorize(request: Request) -> None:
+        if not config.token:
+            return
+        got = request.headers.get(TOKEN_HEADER, "")
+        if not hmac.compare_digest(got.encode(), f"Bearer {config.token}".encode()):
+            raise HTTPException(401, "missing or wrong bearer token; send 'Authorization: Bearer <token>'",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any):
+        async def reaper() -> None:
+            while True:
+                await asyncio.sleep(config.reap_interval_s)
+                n = await run_in_threadpool(svc.reap)
+                if n:
+                    log.info("reaped %d idle envs", n)
+
+        task = asyncio.create_task(reaper())
+        try:
+            yield
+        finally:  # graceful shutdown: uvicorn has drained requests; release every env (JVMs, sockets)
+            task.cancel()
+            await run_in_threadpool(svc.close_all)
+
+    app = FastAPI(title="jgem env server", lifespan=lifespan)
+    app.state.service = svc
+    guarded = [Depends(authorize)]
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+    @app.middleware("http")
+    async def _instance_header(request: Request, call_next: Any) -> Any:
+        response = await call_next(request)
+        response.headers[INSTANCE_HEADER] = svc.instance
+        return response
+
+    def reset_one(b: ResetBody) -> dict:
+        return svc.reset(b.id, b.seed if b.seed is not None else b.data_idx)
+
+    def batch(fn: Any, items: list) -> list[dict]:
+        out = []
+        for it in items:
+            try:
+                out.append(fn(it))
+            except ServiceError as e:
+                out.append({"error": e.message, "status": e.status})
+        return out
+
+    @app.get("/")
+    def hello() -> str:
+        return f"This is the jgem env server for {', '.join(svc.env_ids[:20])}."
+
+    @app.get("/health")
+    def health() -> dict:
+        return {"status": "ok", "instance": svc.instance, "envs": len(svc)}
+
+    @app.get("/metrics", dependencies=guarded, response_class=PlainTextResponse)
+    def metrics() -> str:
+        return "".join(f"jgem_serve_{k} {v}\n" for k, v in svc.metrics().items())
+
+    @app.get("/env_ids", dependencies=guarded)
+    def env_ids() -> dict:
+        return {"env_ids": list(svc.env_ids)}
+
+    @app.post("/create", dependencies=guarded)
+    def create(body: Annotated[CreateBody | None, Body()] = None) -> dict:
+        body = body or CreateBody()
+        return {"id": svc.create(body.env_id, body.env_kwargs), "instance": svc.instance}
+
+    @app.post("/batch/create", dependencies=guarded)
+    def batch_create(body: BatchCreateBody) -> dict:
+        return {"ids": [svc.create(body.env_id, body.env_kwargs) for _ in range(body.count)],
+                "instance": svc.instance}
+
+    @app.post("/reset", dependencies=guarded)
+    def reset(body: ResetBody) -> dict:
+        return reset_one(body)
+
+    @app.post("/step", dependencies=guarded)
+    def step(body: StepBody) -> dict:
+        return svc.step(body.id, body.action, body.seq)
+
+    @app.post("/batch/reset", dependencies=guarded)
+    def batch_reset(body: BatchReset) -> dict:
+        return {"results": batch(reset_one, body.items)}
+
+    @app.post("/batch/step", dependencies=guarded)
+    def batch_step(body: BatchStep) -> dict:
+        return {"results": batch(lambda b: svc.step(b.id, b.action, b.seq), body.items)}
+
+    @app.get("/observation", dependencies=guarded)
+    def observation(id: int) -> dict:
+        return {"observation": svc.observation(id)}
+
+    @app.post("/close", dependencies=guarded)
+    def close(body: IdBody) -> dict:
+        svc.close(body.id)
+        return {"closed": True}
+
+    @app.post("/snapshot", dependencies=guarded)
+    def snapshot(body: IdBody) -> dict:
+        return {"snapshot": svc.snapshot(body.id)}
+
+    @app.post("/restore", dependencies=guarded)
+    def restore(body: RestoreBody) -> dict:
+        svc.restore(body.id, body.snapshot)
+        return {"restored": True}
+
+    return BodyLimit(app, config.max_body_bytes)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser("jgem-serve", description="Serve jgem envs over HTTP (AgentGym contract).")
+    p.add_argument("--env", action="append", required=True,
+                   help="env id or id prefix to serve (repeatable), e.g. agentgym:BabyAI or game:")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--token", default=os.environ.get("JGEM_SERVE_TOKEN"),
+                   help="bearer token clients must send (default: $JGEM_SERVE_TOKEN)")
+    p.add_argument("--no-token", action="store_true", help="allow serving a non-loopback host without a token")
+    p.add_argument("--max-envs", type=int, default=4096)
+    p.add_argument("--max-body-bytes", type=int, default=ServeConfig.max_body_bytes)
+    p.add_argument("--idle-timeout", type=float, default=ServeConfig.idle_timeout_s,
+                   help="seconds before an idle env is closed")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (repeatable), e.g. one that registers your own env ids")
+    p.add_argument("--log-level", default="warning")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`jgem-serve`: run the server until SIGINT/SIGTERM, then close every env."""
+    import uvicorn
+
+    args = parse_args(argv)
+    if not args.token and not _is_loopback(args.host) and not args.no_token:
+        sys.exit(f"refusing to serve {args.host} without a token: pass --token (or set JGEM_SERVE_TOKEN), "
+                 "or --no-token if the network is trusted")
+    for module in args.imports:
+        importlib.import_module(module)
+    config = ServeConfig(envs=tuple(args.env), token=args.token, max_envs=args.max_envs,
+                         max_body_bytes=args.max_body_bytes, idle_timeout_s=args.idle_timeout)
+    try:
+        app = create_app(config)
+    except ValueError as e:
+        sys.exit(str(e))
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+
+
+if __name__ == "__main__":
+    main()

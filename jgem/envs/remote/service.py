@@ -1,0 +1,233 @@
+"""The env table behind the HTTP server: create, reset, step, snapshot, close and reap envs by integer id.
+
+Kept free of FastAPI so it can be tested and reused directly; `server.py` puts HTTP in front of it.
+Thread-safe: a table lock guards the id map, and each env has its own lock so two requests for one env
+never interleave (requests for different envs run in parallel in the server's thread pool).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from jgem.envs.remote.protocol import DEFAULT_MAX_BODY_BYTES, step_payload
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What a server serves and its limits. `envs` holds env ids or id prefixes (e.g. "agentgym:BabyAI")."""
+
+    envs: tuple[str, ...]
+    token: str | None = None
+    max_envs: int = 4096
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_batch: int = 4096
+    idle_timeout_s: float = 900.0
+    reap_interval_s: float = 30.0
+    max_snapshots: int = 4096
+
+
+class ServiceError(Exception):
+    """A request the service refuses; `status` is the HTTP status the server answers with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class _Slot:
+    env: Any
+    env_id: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_used: float = field(default_factory=time.monotonic)
+    seq: int = 0  # steps applied since the last reset/restore
+    last_result: dict | None = None
+    needs_reset: bool = True
+    score: float = 0.0
+    last_obs: Any = ""
+
+
+def resolve_env_ids(patterns: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Registered ids matching each pattern exactly or as a prefix; a pattern matching nothing is an error."""
+    from jgem.registry import list_envs
+
+    ids: list[str] = []
+    for p in patterns:
+        found = [p] if p in list_envs() else list_envs(p)
+        if not found:
+            raise ValueError(f"no registered env id is or starts with {p!r}; see jgem.list_envs()")
+        ids.extend(i for i in found if i not in ids)
+    return tuple(ids)
+
+
+class EnvService:
+    """Envs keyed by integer ids. Every method raises `ServiceError` for requests it refuses."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.env_ids = resolve_env_ids(config.envs)
+        self.instance = uuid.uuid4().hex  # clients see a new value after a restart
+        self.started = time.time()
+        self._slots: dict[int, _Slot] = {}
+        self._next_id = 0
+        self._lock = threading.Lock()
+        self._snapshots: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        self.counters = {k: 0 for k in ("created", "closed", "reaped", "resets", "steps", "replayed_steps", "faults")}
+
+    # -- table -------------------------------------------------------------------------------------
+    def _slot(self, idx: int) -> _Slot:
+        with self._lock:
+            slot = self._slots.get(idx)
+        if slot is None:
+            raise ServiceError(404, f"env {idx} does not exist on this server (closed, reaped after idling, or the "
+                                    "server restarted); create a new one with POST /create")
+        slot.last_used = time.monotonic()
+        return slot
+
+    def create(self, env_id: str | None = None, env_kwargs: dict | None = None) -> int:
+        from jgem.registry import make
+
+        if env_id is None:
+            if len(self.env_ids) != 1:
+                raise ServiceError(400, f"this server serves {len(self.env_ids)} env ids; name one in 'env_id' "
+                                        f"(one of {', '.join(self.env_ids[:20])})")
+            env_id = self.env_ids[0]
+        if env_id not in self.env_ids:
+            raise ServiceError(400, f"env id {env_id!r} is not served here; served: {', '.join(self.env_ids[:20])}")
+        with self._lock:
+            if len(self._slots) >= self.config.max_envs:
+                raise ServiceError(429, f"server holds its maximum of {self.config.max_envs} envs; close some "
+                                        "(POST /close) or start the server with a larger --max-envs")
+        try:
+            env = make(env_id, **(env_kwargs or {}))
+        except (TypeError, ValueError, KeyError) as e:
+            raise ServiceError(400, f"cannot make {env_id!r} with kwargs {env_kwargs!r}: {e}") from e
+        with self._lock:
+            idx = self._next_id
+            self._next_id += 1
+            self._slots[idx] = _Slot(env=env, env_id=env_id)
+            self.counters["created"] += 1
+        return idx
+
+    def close(self, idx: int) -> None:
+        with self._lock:
+            slot = self._slots.pop(idx, None)
+            if slot is None:
+                raise ServiceError(404, f"env {idx} does not exist on this server; nothing to close")
+            self.counters["closed"] += 1
+        with slot.lock:
+            slot.env.close()
+
+    def close_all(self) -> None:
+        with self._lock:
+            slots = list(self._slots.values())
+            self._slots.clear()
+        for slot in slots:
+            with slot.lock:
+                slot.env.close()
+
+    def reap(self, now: float | None = None) -> int:
+        """Close envs idle for longer than `idle_timeout_s`; returns how many."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            stale = [i for i, s in self._slots.items() if now - s.last_used > self.config.idle_timeout_s]
+            slots = [self._slots.pop(i) for i in stale]
+            self.counters["reaped"] += len(slots)
+        for slot in slots:
+            with slot.lock:
+                slot.env.close()
+        return len(slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    # -- episodes ----------------------------------------------------------------------------------
+    def _fault(self, slot: _Slot, idx: int, what: str, e: Exception) -> ServiceError:
+        slot.needs_reset = True
+        with self._lock:
+            self.counters["faults"] += 1
+        return ServiceError(500, f"env {idx} ({slot.env_id}) raised during {what}: {type(e).__name__}: {e}; "
+                                 "the episode is over, call /reset")
+
+    def reset(self, idx: int, seed: int | None = None) -> dict:
+        slot = self._slot(idx)
+        with slot.lock:
+            try:
+                obs, info = slot.env.reset(seed=seed)
+            except Exception as e:
+                raise self._fault(slot, idx, "reset", e) from e
+            slot.seq, slot.score, slot.needs_reset, slot.last_obs = 0, 0.0, False, obs
+            slot.last_result = None
+            with self._lock:
+                self.counters["resets"] += 1
+            return step_payload(obs, 0.0, False, False, info, 0.0)
+
+    def step(self, idx: int, action: str, seq: int | None = None) -> dict:
+        slot = self._slot(idx)
+        with slot.lock:
+            if seq is not None and seq == slot.seq and slot.last_result is not None:
+                with self._lock:
+                    self.counters["replayed_steps"] += 1
+                return slot.last_result  # a client retry of a step that was applied: answer it again
+            if slot.needs_reset:
+                raise ServiceError(409, f"env {idx} has no running episode (not reset yet, or its episode ended); "
+                                        "call /reset first")
+            if seq is not None and seq != slot.seq + 1:
+                raise ServiceError(409, f"step seq {seq} for env {idx} is out of order: the last applied step is "
+                                        f"{slot.seq}, so the next must be {slot.seq + 1}")
+            try:
+                obs, reward, terminated, truncated, info = slot.env.step(action)
+            except Exception as e:
+                raise self._fault(slot, idx, "step", e) from e
+            slot.seq += 1
+            slot.score += float(reward)
+            slot.last_obs = obs
+            slot.needs_reset = bool(terminated or truncated)
+            slot.last_result = step_payload(obs, reward, terminated, truncated, info, slot.score)
+            with self._lock:
+                self.counters["steps"] += 1
+            return slot.last_result
+
+    def observation(self, idx: int) -> Any:
+        slot = self._slot(idx)
+        with slot.lock:
+            return slot.last_obs
+
+    # -- clones ------------------------------------------------------------------------------------
+    def snapshot(self, idx: int) -> str:
+        """Store the env's state server-side; the key restores it into any env of the same id."""
+        slot = self._slot(idx)
+        with slot.lock:
+            state = (slot.env_id, (slot.env.get_state(), slot.score, slot.last_obs, slot.needs_reset))
+        key = uuid.uuid4().hex
+        with self._lock:
+            self._snapshots[key] = state
+            while len(self._snapshots) > self.config.max_snapshots:
+                self._snapshots.popitem(last=False)  # oldest first: bounded memory
+        return key
+
+    def restore(self, idx: int, key: str) -> None:
+        slot = self._slot(idx)
+        with self._lock:
+            snap = self._snapshots.get(key)
+        if snap is None:
+            raise ServiceError(404, f"snapshot {key!r} is unknown (evicted after {self.config.max_snapshots} newer "
+                                    "ones, or the server restarted); take a new one with POST /snapshot")
+        env_id, (state, score, last_obs, needs_reset) = snap
+        if env_id != slot.env_id:
+            raise ServiceError(400, f"snapshot {key!r} is of {env_id!r}, env {idx} is {slot.env_id!r}")
+        with slot.lock:
+            slot.env.set_state(state)
+            slot.seq, slot.score, slot.last_obs, slot.needs_reset = 0, score, last_obs, needs_reset
+            slot.last_result = None
+
+    def metrics(self) -> dict[str, float]:
+        with self._lock:
+            return {"envs_active": len(self._slots), "snapshots": len(self._snapshots),
+                    "uptime_seconds": time.time() - self.started, **self.counters}
