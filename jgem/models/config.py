@@ -1,0 +1,255 @@
+"""ModelConfig: the shapes and options of a Qwen3 / Qwen2 / Llama decoder, presets, and HF config.json I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Family = Literal["qwen3", "qwen2", "llama"]
+FAMILIES: tuple[str, ...] = ("qwen3", "qwen2", "llama")
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3 frequency-dependent RoPE scaling (HF `rope_type: "llama3"`)."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: Family
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 1_000_000.0
+    rope_scaling: RopeScaling | None = None
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 32768
+    qk_norm: bool = False  # qwen3: RMSNorm over head_dim on q and k before RoPE
+    qkv_bias: bool = False  # qwen2: biases on the q, k, v projections
+    dtype: str = "float32"  # compute dtype
+    param_dtype: str = "float32"
+    remat: bool = False
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"family {self.family!r} is not supported; use one of {FAMILIES}")
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ValueError(f"{name}={getattr(self, name)!r} is not supported; use one of {_DTYPES}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}; "
+                "grouped-query attention needs whole groups"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even for rotary embeddings")
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def num_params(self) -> int:
+        """Parameter count (without a value head)."""
+        d, h, n, k, f = self.hidden_size, self.head_dim, self.num_heads, self.num_kv_heads, self.intermediate_size
+        attn = d * n * h + 2 * d * k * h + n * h * d
+        if self.qkv_bias:
+            attn += n * h + 2 * k * h
+        if self.qk_norm:
+            attn += 2 * h
+        layer = attn + 3 * d * f + 2 * d
+        embed = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * layer + embed + d
+
+    # ------------------------------------------------------------------ HF config.json
+
+    @classmethod
+    def from_hf(cls, path_or_dict: str | os.PathLike | Mapping[str, Any], **overrides: Any) -> ModelConfig:
+        """Reads an HF config (a dict, a config.json path, or a checkpoint directory).
+
+        Both the old layout (`rope_theta`, `rope_scaling`) and transformers 5's `rope_parameters` are accepted.
+        `overrides` (e.g. dtype="bfloat16") replace fields of the result.
+        """
+        if isinstance(path_or_dict, Mapping):
+            d = dict(path_or_dict)
+        else:
+            p = os.fspath(path_or_dict)
+            if os.path.isdir(p):
+                p = os.path.join(p, "config.json")
+            if not os.path.exists(p):
+                raise FileNotFoundError(f"no HF config at {p}; pass a checkpoint directory containing config.json")
+            with open(p) as f:
+                d = json.load(f)
+        family = d.get("model_type")
+        if family not in FAMILIES:
+            raise ValueError(
+                f"model_type {family!r} (architectures {d.get('architectures')}) is not supported; "
+                f"jgem implements {FAMILIES}"
+            )
+        bad = []
+        if d.get("hidden_act", "silu") != "silu":
+            bad.append(f"hidden_act={d['hidden_act']!r} (only 'silu')")
+        if d.get("use_sliding_window"):
+            bad.append("use_sliding_window=True (only full attention)")
+        if any(t != "full_attention" for t in d.get("layer_types") or ()):
+            bad.append(f"layer_types={sorted(set(d['layer_types']))} (only 'full_attention')")
+        if d.get("mlp_bias"):
+            bad.append("mlp_bias=True")
+        if family == "llama" and d.get("attention_bias"):
+            bad.append("attention_bias=True for llama")
+        if family == "qwen3" and d.get("attention_bias"):
+            bad.append("attention_bias=True for qwen3")
+        rope = dict(d.get("rope_parameters") or {})
+        legacy = d.get("rope_scaling")
+        if legacy:
+            rope = {**rope, **legacy}
+        theta = float(rope.get("rope_theta", d.get("rope_theta", 10000.0)))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        scaling = None
+        if rope_type == "llama3":
+            scaling = RopeScaling(
+                factor=float(rope["factor"]),
+                low_freq_factor=float(rope["low_freq_factor"]),
+                high_freq_factor=float(rope["high_freq_factor"]),
+                original_max_position_embeddings=int(rope["original_max_position_embeddings"]),
+            )
+        elif rope_type not in ("default", None):
+            bad.append(f"rope type {rope_type!r} (only 'default' and 'llama3')")
+        if bad:
+            raise ValueError(f"unsupported HF config fields for {family}: " + "; ".join(bad))
+        n_heads = int(d["num_attention_heads"])
+        hidden = int(d["hidden_size"])
+        cfg = cls(
+            family=family,
+            vocab_size=int(d["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(d["intermediate_size"]),
+            num_layers=int(d["num_hidden_layers"]),
+            num_heads=n_heads,
+            num_kv_heads=int(d.get("num_key_value_heads") or n_heads),
+            head_dim=int(d.get("head_dim") or hidden // n_heads),
+            rope_theta=theta,
+            rope_scaling=scaling,
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            max_position_embeddings=int(d.get("max_position_embeddings", 32768)),
+            qk_norm=family == "qwen3",
+            qkv_bias=family == "qwen2",
+        )
+        return cfg.replace(**overrides) if overrides else cfg
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        """An HF config dict that transformers' `AutoConfig.for_model(**d)` / `from_pretrained` accepts."""
+        arch = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[self.family]
+        rope: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}
+        if self.rope_scaling is not None:
+            rope = {"rope_type": "llama3", "rope_theta": self.rope_theta, **dataclasses.asdict(self.rope_scaling)}
+        d: dict[str, Any] = {
+            "architectures": [arch],
+            "model_type": self.family,
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "rope_theta": self.rope_theta,
+            "rope_parameters": rope,
+            "torch_dtype": self.param_dtype,
+        }
+        if self.rope_scaling is not None:
+            d["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
+        if self.family == "qwen3":
+            d["attention_bias"] = False
+        if self.family == "llama":
+            d.update(attention_bias=False, mlp_bias=False)
+        if self.family in ("qwen3", "qwen2"):
+            d["use_sliding_window"] = False
+        return d
+
+
+# ---------------------------------------------------------------------- presets
+
+_QWEN = dict(rope_theta=1_000_000.0, rms_norm_eps=1e-6)
+_LLAMA32 = dict(
+    family="llama",
+    vocab_size=128256,
+    rope_theta=500_000.0,
+    rope_scaling=RopeScaling(32.0, 1.0, 4.0, 8192),
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+    max_position_embeddings=131072,
+)
+
+
+def _qwen3(**kw: Any) -> ModelConfig:
+    base = dict(family="qwen3", vocab_size=151936, head_dim=128, qk_norm=True, max_position_embeddings=40960, **_QWEN)
+    return ModelConfig(**{**base, **kw})
+
+
+def _qwen2(**kw: Any) -> ModelConfig:
+    base = dict(family="qwen2", vocab_size=151936, qkv_bias=True, max_position_embeddings=32768, **_QWEN)
+    return ModelConfig(**{**base, **kw})
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # Published shapes (the HF config.json of each model).
+    "qwen3-0.6b": _qwen3(hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16, num_kv_heads=8,
+                         tie_word_embeddings=True),
+    "qwen3-1.7b": _qwen3(hidden_size=2048, intermediate_size=6144, num_layers=28, num_heads=16, num_kv_heads=8,
+                         tie_word_embeddings=True),
+    "qwen3-4b": _qwen3(hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32, num_kv_heads=8,
+                       tie_word_embeddings=True),
+    "qwen3-8b": _qwen3(hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32, num_kv_heads=8),
+    "qwen2.5-0.5b": _qwen2(hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14, num_kv_heads=2,
+                           head_dim=64, tie_word_embeddings=True),
+    "qwen2.5-1.5b": _qwen2(hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12, num_kv_heads=2,
+                           head_dim=128, tie_word_embeddings=True),
+    "qwen2.5-3b": _qwen2(hidden_size=2048, intermediate_size=11008, num_layers=36, num_heads=16, num_kv_heads=2,
+                         head_dim=128, tie_word_embeddings=True),
+    "qwen2.5-7b": _qwen2(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28, num_heads=28,
+                         num_kv_heads=4, head_dim=128),
+    "llama3.2-1b": ModelConfig(hidden_size=2048, intermediate_size=8192, num_layers=16, num_heads=32, num_kv_heads=8,
+                               head_dim=64, **_LLAMA32),
+    "llama3.2-3b": ModelConfig(hidden_size=3072, intermediate_size=8192, num_layers=28, num_heads=24, num_kv_heads=8,
+                               head_dim=128, **_LLAMA32),
+    # The demo / test model (~0.9M params); vocab matches the repo's tiny tokenizer budget.
+    "tiny": _qwen3(vocab_size=1024, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
+                   num_kv_heads=2, head_dim=32, tie_word_embeddings=True, max_position_embeddings=4096),
+    "tiny-qwen2": _qwen2(vocab_size=1024, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
+                         num_kv_heads=2, head_dim=32, tie_word_embeddings=True, max_position_embeddings=4096),
+    "tiny-llama": ModelConfig(**{**_LLAMA32, "vocab_size": 1024, "max_position_embeddings": 4096,
+                                 "rope_scaling": RopeScaling(8.0, 1.0, 4.0, 256)},
+                              hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2,
+                              head_dim=32),
+    # ~100M params, for benchmarks.
+    "100m": _qwen3(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_layers=12, num_heads=12,
+                   num_kv_heads=4, head_dim=64, tie_word_embeddings=True, max_position_embeddings=8192),
+}
+
+
+def preset(name: str, **overrides: Any) -> ModelConfig:
+    """A named config; `overrides` replace fields (e.g. dtype="bfloat16", remat=True)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+    cfg = PRESETS[name]
+    return cfg.replace(**overrides) if overrides else cfg

@@ -1,0 +1,146 @@
+"""Decoder building blocks: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU MLP, one block.
+
+Shapes: B batch, T query length, S key length (cache slots), D hidden, N query heads, K kv heads,
+G = N // K heads per group, H head dim, F mlp width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jgem.models.config import ModelConfig
+
+Array = jax.Array
+_NEG = -0.7 * float(np.finfo(np.float32).max)  # masked score; finite so fully masked rows stay NaN-free
+
+
+def param(rngs: nnx.Rngs | None, shape: tuple[int, ...], names: tuple[str | None, ...], dtype, *, std: float = 0.02,
+          value: float | None = None) -> nnx.Param:
+    """A parameter with logical axis names (`out_sharding`), which sharding/rules.py maps to mesh axes."""
+    if value is not None:
+        x = jnp.full(shape, value, dtype)
+    else:
+        x = (std * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(dtype)
+    # eager_sharding=False: build without a mesh; placement is decided later from the names.
+    return nnx.Param(x, out_sharding=names, eager_sharding=False)
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, eps: float, names: tuple[str | None, ...], cfg: ModelConfig):
+        self.scale = param(None, (dim,), names, cfg.param_dtype, value=1.0)
+        self.eps = eps
+
+    def __call__(self, x: Array) -> Array:
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.scale[...].astype(x.dtype) * x32.astype(x.dtype)
+
+
+def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
+    """inv_freq[H/2] in float32, with Llama 3 scaling when configured (as transformers computes it)."""
+    h = cfg.head_dim
+    inv = (1.0 / (cfg.rope_theta ** (np.arange(0, h, 2, dtype=np.float32) / np.float32(h)))).astype(np.float32)
+    s = cfg.rope_scaling
+    if s is None:
+        return inv
+    low_wl = s.original_max_position_embeddings / s.low_freq_factor
+    high_wl = s.original_max_position_embeddings / s.high_freq_factor
+    wl = 2 * math.pi / inv
+    scaled = np.where(wl > low_wl, inv / s.factor, inv)
+    smooth = (s.original_max_position_embeddings / wl - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    medium = ~(wl < high_wl) & ~(wl > low_wl)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope_tables(positions: Array, inv_freq: np.ndarray, dtype) -> tuple[Array, Array]:
+    """positions[B,T] -> (cos, sin)[B,T,H] in `dtype` (angles computed in float32)."""
+    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)[None, None, :]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+
+
+def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
+    """x[B,T,N,H] rotated by (cos, sin)[B,T,H] (the "rotate half" layout of HF checkpoints)."""
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    rot = jnp.concatenate([-x2, x1], axis=-1)
+    return x * cos[:, :, None, :] + rot * sin[:, :, None, :]
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        d, n, k, h, pd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.param_dtype
+        self.cfg = cfg
+        self.q = param(rngs, (d, n, h), ("embed", "heads", "head_dim"), pd)
+        self.k = param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), pd)
+        self.v = param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), pd)
+        self.o = param(rngs, (n, h, d), ("heads", "head_dim", "embed"), pd)
+        if cfg.qkv_bias:
+            self.q_bias = param(rngs, (n, h), ("heads", "head_dim"), pd)
+            self.k_bias = param(rngs, (k, h), ("kv_heads", "head_dim"), pd)
+            self.v_bias = param(rngs, (k, h), ("kv_heads", "head_dim"), pd)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), cfg)
+            self.k_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), cfg)
+
+    def __call__(self, x: Array, cos: Array, sin: Array, mask: Array, kv: tuple[Array, Array] | None,
+                 end: Array | None) -> tuple[Array, tuple[Array, Array] | None]:
+        """x[B,T,D], mask[B,T,S] -> out[B,T,D]; with a cache kv=(k, v)[B,S,K,H], new keys go to slots [end, end+T)."""
+        dt = x.dtype
+        q = jnp.einsum("BTD,DNH->BTNH", x, self.q[...].astype(dt))
+        k = jnp.einsum("BTD,DKH->BTKH", x, self.k[...].astype(dt))
+        v = jnp.einsum("BTD,DKH->BTKH", x, self.v[...].astype(dt))
+        if self.cfg.qkv_bias:
+            q = q + self.q_bias[...].astype(dt)
+            k = k + self.k_bias[...].astype(dt)
+            v = v + self.v_bias[...].astype(dt)
+        if self.cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if kv is not None:
+            ck, cv = kv
+            zero = jnp.zeros((), jnp.int32)
+            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (zero, end, zero, zero))
+            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (zero, end, zero, zero))
+            kv = (ck, cv)
+            k, v = ck.astype(dt), cv.astype(dt)
+        b, t, n, h = q.shape
+        kh = k.shape[2]
+        q = q.reshape(b, t, kh, n // kh, h)
+        scores = jnp.einsum("BTKGH,BSKH->BKGTS", q, k, preferred_element_type=jnp.float32) / math.sqrt(h)
+        scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
+        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+        out = jnp.einsum("BKGTS,BSKH->BTKGH", probs, v).reshape(b, t, n, h)
+        return jnp.einsum("BTNH,NHD->BTD", out, self.o[...].astype(dt)), kv
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        d, f, pd = cfg.hidden_size, cfg.intermediate_size, cfg.param_dtype
+        self.gate = param(rngs, (d, f), ("embed", "mlp"), pd)
+        self.up = param(rngs, (d, f), ("embed", "mlp"), pd)
+        self.down = param(rngs, (f, d), ("mlp", "embed"), pd)
+
+    def __call__(self, x: Array) -> Array:
+        dt = x.dtype
+        g = jnp.einsum("BTD,DF->BTF", x, self.gate[...].astype(dt))
+        u = jnp.einsum("BTD,DF->BTF", x, self.up[...].astype(dt))
+        return jnp.einsum("BTF,FD->BTD", jax.nn.silu(g) * u, self.down[...].astype(dt))
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
+        self.attn = Attention(cfg, rngs=rngs)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
+        self.mlp = MLP(cfg, rngs=rngs)
+
+    def __call__(self, x, cos, sin, mask, kv, end):
+        a, kv = self.attn(self.attn_norm(x), cos, sin, mask, kv, end)
+        x = x + a
+        return x + self.mlp(self.mlp_norm(x)), kv

@@ -1,0 +1,92 @@
+"""Flax NNX decoder-only transformer (Qwen3 / Qwen2 / Llama) with a KV cache and logical-axis annotations.
+
+Prefill, one-token decode and the teacher-forced forward are the same `__call__`:
+attention is causal over slots, and with `segment_ids` a token only sees its own segment (0 = padding).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jgem.models.config import ModelConfig
+from jgem.models.kvcache import KVCache, init_cache
+from jgem.models.layers import Block, RMSNorm, param, rope_inv_freq, rope_tables
+
+__all__ = ["KVCache", "Transformer", "init_cache", "attention_mask"]
+
+Array = jax.Array
+
+
+def attention_mask(q_segment: Array, kv_segment: Array, q_start: Array | int) -> Array:
+    """mask[B,T,S]: key slot s is visible from query t iff s <= q_start + t and both are in the same segment."""
+    t, s = q_segment.shape[1], kv_segment.shape[1]
+    q_slot = q_start + jnp.arange(t, dtype=jnp.int32)
+    causal = jnp.arange(s, dtype=jnp.int32)[None, :] <= q_slot[:, None]
+    return causal[None] & (q_segment[:, :, None] == kv_segment[:, None, :])
+
+
+class Transformer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, value_head: bool = False):
+        self.cfg = cfg
+        pd = cfg.param_dtype
+        self.embed = param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), pd)
+        self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
+        if not cfg.tie_word_embeddings:
+            self.lm_head = param(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), pd)
+        self.has_value_head = value_head
+        if value_head:
+            self.value_w = param(rngs, (cfg.hidden_size,), ("embed",), "float32", std=cfg.hidden_size**-0.5)
+            self.value_b = param(None, (), (), "float32", value=0.0)
+
+    def hidden(self, tokens: Array, positions: Array, *, segment_ids: Array | None = None,
+               cache: KVCache | None = None) -> tuple[Array, KVCache | None]:
+        """tokens, positions[B,T] -> (h[B,T,D] after the final norm, updated cache)."""
+        cfg = self.cfg
+        dt = jnp.dtype(cfg.dtype)
+        x = jnp.take(self.embed[...], tokens, axis=0).astype(dt)
+        cos, sin = rope_tables(positions, rope_inv_freq(cfg), dt)
+        seg = jnp.ones(tokens.shape, jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+        if cache is None:
+            end = None
+            mask = attention_mask(seg, seg, 0)
+        else:
+            end = cache.end
+            kv_seg = jax.lax.dynamic_update_slice(cache.segment_ids, seg, (jnp.zeros((), jnp.int32), end))
+            mask = attention_mask(seg, kv_seg, end)
+        step = nnx.remat(_block) if cfg.remat else _block
+        ks, vs = [], []
+        for i, layer in enumerate(self.layers):
+            kv = None if cache is None else (cache.k[i], cache.v[i])
+            x, kv = step(layer, x, cos, sin, mask, kv, end)
+            if kv is not None:
+                ks.append(kv[0])
+                vs.append(kv[1])
+        h = self.final_norm(x)
+        if cache is not None:
+            cache = KVCache(k=tuple(ks), v=tuple(vs), segment_ids=kv_seg, end=end + tokens.shape[1])
+        return h, cache
+
+    def logits(self, h: Array) -> Array:
+        """h[B,T,D] -> logits f32[B,T,V]."""
+        if self.cfg.tie_word_embeddings:
+            return jnp.einsum("BTD,VD->BTV", h, self.embed[...].astype(h.dtype), preferred_element_type=jnp.float32)
+        return jnp.einsum("BTD,DV->BTV", h, self.lm_head[...].astype(h.dtype), preferred_element_type=jnp.float32)
+
+    def value(self, h: Array) -> Array:
+        """The critic's scalar head: h[B,T,D] -> f32[B,T]."""
+        if not self.has_value_head:
+            raise ValueError("this Transformer has no value head; build it with value_head=True")
+        return jnp.einsum("BTD,D->BT", h.astype(jnp.float32), self.value_w[...]) + self.value_b[...]
+
+    def __call__(self, tokens: Array, positions: Array, *, segment_ids: Array | None = None,
+                 cache: KVCache | None = None) -> tuple[Array, KVCache | None]:
+        """tokens, positions[B,T] -> (logits f32[B,T,V], updated cache or None)."""
+        h, cache = self.hidden(tokens, positions, segment_ids=segment_ids, cache=cache)
+        return self.logits(h), cache
+
+
+def _block(layer: Block, x, cos, sin, mask, kv, end):
+    return layer(x, cos, sin, mask, kv, end)
