@@ -42,6 +42,10 @@ class Tool(abc.ABC):
         call = self.parse(action)
         return None if call is None else self.execute(call)
 
+    def __deepcopy__(self, memo: dict) -> Tool:
+        # Tools are shared services (processes, indexes, connections): env clones share them.
+        return self
+
     def close(self) -> None:
         """Release processes, connections and servers. Idempotent."""
         return None

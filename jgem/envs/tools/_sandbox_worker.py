@@ -1,0 +1,343 @@
+"""Sandbox worker: a pre-started interpreter that forks a fresh child per execution (stdlib only).
+
+Started by `jgem.envs.tools.sandbox` as `python -I -B <this file> <config json>` with a scrubbed
+environment. Once at start it isolates itself (new network and mount namespaces where the kernel
+allows: read-only filesystem, private tmpfs on /tmp and /dev/shm) and reports what is in effect.
+Per job it forks a child that drops to an unprivileged uid of its own, sets resource limits, runs
+the code in a fresh temporary directory and exits; the worker enforces the wall timeout, truncates
+output, kills every leftover process of that uid and removes the directory. Nothing the code does
+survives into the next job.
+
+Protocol on the config's fd_in (requests) and fd_out (replies): 4-byte big-endian length + JSON.
+"""
+
+import contextlib
+import ctypes
+import json
+import os
+import resource
+import selectors
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import time
+import traceback
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
+MNT_DETACH = 2
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _call(fn, *args):
+    if fn(*args) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+
+
+def _isolate(cfg):
+    """Isolate this worker once; returns a dict describing what is in effect."""
+    iso = {"network": "host (not isolated)", "filesystem": "host", "uid": "same as host"}
+    if cfg["isolate_network"]:
+        try:
+            _call(_libc.unshare, CLONE_NEWNET)
+            iso["network"] = "none (private network namespace)"
+        except OSError as e:
+            iso["network"] = f"host (not isolated: unshare(CLONE_NEWNET) failed: {e.strerror})"
+    try:
+        _call(_libc.unshare, CLONE_NEWNS)
+        _call(_libc.mount, b"none", b"/", None, MS_REC | MS_PRIVATE, None)
+        opts = f"size={cfg['tmpfs_mb']}m,mode=1777".encode()
+        for p in (b"/tmp", b"/dev/shm"):
+            if os.path.isdir(p):
+                _call(_libc.mount, b"tmpfs", p, b"tmpfs", 0, opts)
+        if os.getuid() == 0:
+            _expose(cfg["expose"])
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4] for line in f]
+        for p in points:  # read-only everywhere; device files (/dev/null) stay usable on a ro mount
+            if p not in ("/tmp", "/dev/shm"):
+                _libc.mount(b"none", p.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+        iso["filesystem"] = f"read-only, private {cfg['tmpfs_mb']} MiB tmpfs on /tmp and /dev/shm"
+    except OSError as e:
+        iso["filesystem"] = f"host (not isolated: mount namespace failed: {e.strerror})"
+    iso["uid"] = f"unprivileged uid {cfg['uid']}" if os.getuid() == 0 else f"host uid {os.getuid()} (not root)"
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of the code come back to us to reap
+    return iso
+
+
+def _closed_ancestor(path):
+    """The first directory on the way to `path` that other users cannot enter, or None."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        d = "/" + "/".join(parts[:i])
+        if not os.stat(d).st_mode & 0o001:
+            return d
+    return None
+
+
+def _expose(paths):
+    """Make `paths` (the interpreter's stdlib and site dirs) readable by the unprivileged uid.
+
+    When a directory above them is closed (pyenv under /root, mode 700), cover that directory with an
+    empty tmpfs and bind only `paths` back into it: the code sees the stdlib and nothing else there.
+    """
+    paths = sorted({os.path.realpath(p) for p in paths if os.path.isdir(p)})
+    paths = [p for p in paths if not any(p != q and p.startswith(q + "/") for q in paths)]
+    blocked = {}
+    for p in paths:
+        a = _closed_ancestor(p)
+        if a is not None:
+            blocked.setdefault(a, []).append(p)
+    for n, (top, inner) in enumerate(blocked.items()):
+        stages = []
+        for i, p in enumerate(inner):
+            stage = f"/tmp/.expose-{n}-{i}"
+            os.mkdir(stage)
+            _call(_libc.mount, p.encode(), stage.encode(), None, MS_BIND | MS_REC, None)
+            stages.append(stage)
+        _call(_libc.mount, b"tmpfs", top.encode(), b"tmpfs", 0, b"size=1m,mode=755")
+        for p, stage in zip(inner, stages):
+            os.makedirs(p, mode=0o755, exist_ok=True)
+            _call(_libc.mount, stage.encode(), p.encode(), None, MS_BIND | MS_REC, None)
+            _call(_libc.umount2, stage.encode(), MNT_DETACH)
+            os.rmdir(stage)
+
+
+def _child(cfg, job, workdir, out_w, err_w, stdin_fd):
+    """In the forked child: limits, identity, fds, then run the code. Never returns."""
+    try:
+        os.setsid()
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 65536)  # the worker's protocol pipes must not be reachable from user code
+        os.chdir(workdir)
+        cpu = int(job["cpu_time"])
+        mem = cfg["memory_mb"] << 20
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["file_mb"] << 20, cfg["file_mb"] << 20))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        nproc = cfg["max_processes"]
+        if os.getuid() == 0:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            os.setgroups([])
+            os.setgid(cfg["uid"])
+            os.setuid(cfg["uid"])
+        else:  # RLIMIT_NPROC counts all of this uid's processes; allow ours on top of those running
+            running = sum(1 for d in os.listdir("/proc") if d.isdigit())
+            resource.setrlimit(resource.RLIMIT_NPROC, (running + nproc, running + nproc))
+        _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        os.environ.clear()
+        os.environ.update(cfg["env"])
+        os.environ["HOME"] = workdir
+        os.environ["TMPDIR"] = workdir
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        sys.argv = ["main.py"]
+        sys.path[:0] = [workdir]
+    except BaseException:
+        traceback.print_exc()
+        os._exit(70)
+    code = 0
+    try:
+        exec(compile(job["code"], "main.py", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if not isinstance(e.code, int) and e.code is not None:
+            print(e.code, file=sys.stderr)
+    except BaseException as e:
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None  # drop this frame
+        traceback.print_exception(type(e), e, tb)
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    os._exit(code)
+
+
+def _kill_uid(uid):
+    """SIGKILL every process of `uid` (kill(-1) from a helper of that uid spares only itself)."""
+    if os.getuid() != 0:
+        return
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _drain(fd, bufs, sel, limit):
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if not chunk:
+            sel.unregister(fd)
+            return
+        bufs[fd] += chunk
+        if len(bufs[fd]) > limit:  # a flood: the caller stops the child
+            return
+
+
+def _reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def run_job(cfg, job):
+    start = time.monotonic()
+    workdir = tempfile.mkdtemp(prefix="run-", dir=cfg["workroot"])
+    if os.getuid() == 0:
+        os.chown(workdir, cfg["uid"], cfg["uid"])
+    os.chmod(workdir, 0o700)
+    stdin_file = tempfile.TemporaryFile(dir=cfg["workroot"])  # noqa: SIM115 (closed after the fork)
+    stdin_file.write(job.get("stdin", "").encode())
+    stdin_file.seek(0)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _child(cfg, job, workdir, out_w, err_w, stdin_file.fileno())
+    os.close(out_w)
+    os.close(err_w)
+    stdin_file.close()
+    limit = cfg["max_output"]
+    bufs = {out_r: bytearray(), err_r: bytearray()}
+    sel = selectors.DefaultSelector()
+    for fd in bufs:
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ)
+    pidfd = os.pidfd_open(pid)  # readable when the child exits, even if its orphans hold the pipes
+    sel.register(pidfd, selectors.EVENT_READ)
+    deadline = start + job["timeout"]
+    timed_out = over = exited = False
+    while not exited and len(sel.get_map()) > 1:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        for key, _ in sel.select(left):
+            if key.fd == pidfd:
+                exited = True
+                continue
+            _drain(key.fd, bufs, sel, limit)
+        if sum(len(b) for b in bufs.values()) > limit:
+            over = True  # no reason to let it run on: everything past the limit is dropped
+            break
+    if exited:  # collect what is still buffered in the pipes
+        for fd in list(bufs):
+            if fd in sel.get_map():
+                _drain(fd, bufs, sel, limit)
+    if timed_out or over:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+    # Bounded: the child has exited or was just killed.
+    _, status, usage = os.wait4(pid, 0)
+    wall = time.monotonic() - start
+    _kill_uid(cfg["uid"])  # background processes and fork-bomb remnants
+    _reap()
+    sel.close()
+    for fd in (*bufs, pidfd):
+        os.close(fd)
+    shutil.rmtree(workdir, ignore_errors=True)
+    stdout, stderr = bytes(bufs[out_r]), bytes(bufs[err_r])
+    truncated = len(stdout) + len(stderr) > limit
+    stdout = stdout[:limit]
+    stderr = stderr[: max(0, limit - len(stdout))]
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+    rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -sig
+    if timed_out:
+        state = "timeout"
+    elif over:
+        state = "output_limit"
+    elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and usage.ru_utime + usage.ru_stime >= job["cpu_time"]):
+        state = "cpu_limit"
+    elif b"MemoryError" in stderr[-2000:]:
+        state = "memory_limit"
+    elif sig:
+        state = "killed"
+    else:
+        state = "ok" if rc == 0 else "error"
+    return {
+        "status": state,
+        "exit_code": rc,
+        "stdout": stdout.decode("utf-8", "replace"),
+        "stderr": stderr.decode("utf-8", "replace"),
+        "wall": wall,
+        "truncated": truncated,
+    }
+
+
+def _read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def _send_all(fd, obj):
+    data = json.dumps(obj).encode()
+    data = struct.pack(">I", len(data)) + data
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    for name in cfg.get("preimport", []):
+        __import__(name)
+    iso = _isolate(cfg)
+    cfg["workroot"] = tempfile.mkdtemp(prefix="jgem-sandbox-")
+    os.chmod(cfg["workroot"], 0o711)
+    _send_all(cfg["fd_out"], {"ready": True, "isolation": iso, "pid": os.getpid()})
+    jobs = cfg.get("jobs")  # None: serve until stdin closes; n: serve n jobs then exit (fresh mode)
+    while jobs is None or jobs > 0:
+        head = _read_exact(cfg["fd_in"], 4)
+        if head is None:
+            break
+        body = _read_exact(cfg["fd_in"], struct.unpack(">I", head)[0])
+        if body is None:
+            break
+        try:
+            reply = run_job(cfg, json.loads(body))
+        except Exception as e:  # a worker bug, not the code's fault: report it, keep serving
+            reply = {
+                "status": "sandbox_error",
+                "exit_code": -1,
+                "stdout": "",
+                "stderr": repr(e),
+                "wall": 0.0,
+                "truncated": False,
+            }
+        _send_all(cfg["fd_out"], reply)
+        if jobs is not None:
+            jobs -= 1
+    shutil.rmtree(cfg["workroot"], ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

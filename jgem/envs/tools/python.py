@@ -1,0 +1,86 @@
+"""Python tool (GEM's PythonCodeTool semantics) on jgem's process sandbox.
+
+The first `<python>...</python>` or fenced python block of the action runs in the sandbox; its
+output comes back as "Code execution result: ..." in the next observation.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+from jgem.envs.tools.base import Tool, ToolResult
+from jgem.envs.tools.sandbox import Sandbox, SandboxConfig
+
+_PATTERNS = (re.compile(r"<python>(.*?)</python>", re.DOTALL), re.compile(r"```\n?python(.*?)```", re.DOTALL))
+
+
+def parse_python(action: str) -> str | None:
+    """Code of the block that ends first (a `<python>` tag or a fenced python block), or None."""
+    best = None
+    for pat in _PATTERNS:
+        m = pat.search(action)
+        if m and (best is None or m.end() < best.end()):
+            best = m
+    return None if best is None else best.group(1).strip()
+
+
+class PythonTool(Tool):
+    """Runs the agent's Python in a Sandbox (created on first use, shared by env clones)."""
+
+    name = "python"
+
+    def __init__(
+        self,
+        timeout: float = 5.0,
+        config: SandboxConfig | None = None,
+        workers: int = 1,
+        sandbox: Sandbox | None = None,
+        keep_error_last_line: bool = False,
+    ) -> None:
+        self.config = config or SandboxConfig(timeout=timeout)
+        self.workers = workers
+        self.keep_error_last_line = keep_error_last_line
+        self._sandbox = sandbox
+        self._lock = threading.Lock()
+
+    @property
+    def sandbox(self) -> Sandbox:
+        with self._lock:
+            if self._sandbox is None:
+                self._sandbox = Sandbox(self.config, workers=self.workers)
+            return self._sandbox
+
+    def instruction(self) -> str:
+        return (
+            "You can write executable Python code to help your reasoning. The code runs in a sandbox and its "
+            'output (after "Code execution result: ") is returned to you. Write complete scripts, including '
+            "imports, inside <python>...</python> tags or a ```python ... ``` block. "
+            "Return your final answer within \\boxed{}."
+        )
+
+    def parse(self, action: str) -> str | None:
+        return parse_python(action)
+
+    def execute(self, call: str) -> ToolResult:
+        res = self.sandbox.run(call)
+        stderr = res.stderr
+        if stderr and self.keep_error_last_line:
+            stderr = stderr.rstrip("\n").split("\n")[-1]
+        text = res.message() if not self.keep_error_last_line else f"{res.stdout}\n{stderr}".strip("\n")
+        return ToolResult("Code execution result: " + text.lstrip(" \n") + "\n", ok=res.ok)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sandbox is not None:
+                self._sandbox.close()
+                self._sandbox = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled into another process (a process-backed pool), the tool starts its own sandbox there.
+        return {**self.__dict__, "_sandbox": None, "_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
