@@ -1,0 +1,484 @@
+"""EnvPool: steps many envs asynchronously and returns results in partial batches.
+
+`send(env_ids, actions)` queues steps; `recv()` returns the first `batch_size` results to finish, in
+arrival order, so a slow env never holds up the others. There is no auto-reset: the caller resets
+envs explicitly and always sees terminal observations and infos.
+
+Backends: `inline` (steps run in the caller's thread inside `recv`; deterministic), `thread` (a thread
+per worker; good for envs that wait on I/O or sleep), `process` (worker processes hosting several
+envs each; see `pool_workers.py`), `remote` (HTTP envs driven by the thread backend).
+
+A fault (the env raised, ran past `step_timeout`, or its worker process died) never stops the pool:
+the env's result is `truncated=True, terminated=False` with `infos[i]["fault"] = "<kind>: <reason>"`,
+the env is rebuilt fresh (reset it next), and `num_faults` counts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any, Literal
+
+import numpy as np
+
+from jgem.core import Env
+
+Backend = Literal["inline", "thread", "process", "remote"]
+# One finished command: (env_id, obs, reward, terminated, truncated, info, is_reset).
+Result = tuple[int, Any, float, bool, bool, dict, bool]
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """Results of one `recv`/`step`; row i belongs to env `env_ids[i]`."""
+
+    env_ids: np.ndarray  # [n] int32
+    obs: list
+    rewards: np.ndarray  # [n] float32
+    terminated: np.ndarray  # [n] bool
+    truncated: np.ndarray  # [n] bool
+    infos: list[dict]
+    is_reset: np.ndarray  # [n] bool: the row answers a reset, not a step
+
+    def __len__(self) -> int:
+        return len(self.obs)
+
+    @staticmethod
+    def from_results(results: Sequence[Result]) -> StepBatch:
+        if not results:
+            e = np.zeros(0, np.bool_)
+            return StepBatch(np.zeros(0, np.int32), [], np.zeros(0, np.float32), e, e.copy(), [], e.copy())
+        ids, obs, rew, term, trunc, infos, is_reset = zip(*results)
+        return StepBatch(
+            np.array(ids, np.int32),
+            list(obs),
+            np.array(rew, np.float32),
+            np.array(term, np.bool_),
+            np.array(trunc, np.bool_),
+            list(infos),
+            np.array(is_reset, np.bool_),
+        )
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """Builds one env: `jgem.make(env, **env_kwargs)` (or `env(**env_kwargs)`), then the wrappers in order.
+
+    Picklable when `env` and the wrappers are (module-level classes, functions, `functools.partial`),
+    so process workers can build their own envs.
+    """
+
+    env: str | Callable[..., Env]
+    env_kwargs: dict = field(default_factory=dict)
+    wrappers: tuple[Callable[[Env], Env], ...] = ()
+    remote_url: str | None = None
+    remote_token: str | None = None
+
+    def __call__(self) -> Env:
+        if self.remote_url is not None:
+            from jgem.envs.remote.client import RemoteEnv
+
+            env = RemoteEnv(self.remote_url, self.env, token=self.remote_token, env_kwargs=self.env_kwargs or None)
+        elif isinstance(self.env, str):
+            from jgem.registry import make
+
+            env = make(self.env, **self.env_kwargs)
+        else:
+            env = self.env(**self.env_kwargs)
+        for wrap in self.wrappers:
+            env = wrap(env)
+        return env
+
+
+def fault_result(env_id: int, kind: str, reason: str, is_reset: bool) -> Result:
+    return (env_id, "", 0.0, False, True, {"fault": f"{kind}: {reason}"}, is_reset)
+
+
+def run_command(env: Env, env_id: int, kind: str, arg: Any) -> Result:
+    """Run one step or reset on `env`; exceptions propagate (the caller turns them into faults)."""
+    if kind == "step":
+        obs, reward, terminated, truncated, info = env.step(arg)
+        return (env_id, obs, float(reward), bool(terminated), bool(truncated), info, False)
+    obs, info = env.reset(seed=arg)
+    return (env_id, obs, 0.0, False, False, info, True)
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message (file:line)` of the innermost frame: enough to find the bug from an info dict."""
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def close_quietly(env: Env | None) -> None:
+    if env is not None:
+        with contextlib.suppress(Exception):  # a broken env must not break shutdown
+            env.close()
+
+
+class _InlineBackend:
+    """Runs queued commands in the caller's thread when results are asked for (FIFO, deterministic)."""
+
+    def __init__(self, factories: Sequence[Callable[[], Env]]) -> None:
+        self.factories = list(factories)
+        self.envs: list[Env | None] = [f() for f in self.factories]
+        self.pending: dict[int, tuple[str, Any]] = {}
+        self.num_faults = 0
+
+    def submit(self, env_ids: Sequence[int], kind: str, args: Sequence[Any]) -> None:
+        for i, a in zip(env_ids, args):
+            self.pending[i] = (kind, a)
+
+    def _run(self, i: int) -> Result:
+        kind, arg = self.pending.pop(i)
+        env = self.envs[i]
+        try:
+            if env is None:
+                env = self.envs[i] = self.factories[i]()
+            return run_command(env, i, kind, arg)
+        except Exception as e:
+            self.num_faults += 1
+            close_quietly(env)
+            self.envs[i] = None  # rebuilt by the next command
+            return fault_result(i, "exception", describe(e), kind == "reset")
+
+    def poll(self, ready: dict[int, Result], want: int, wait: float | None) -> None:
+        for i in list(islice(self.pending, want)):
+            ready[i] = self._run(i)
+
+    def poll_ids(self, ready: dict[int, Result], env_ids: Sequence[int]) -> None:
+        for i in env_ids:
+            if i in self.pending:
+                ready[i] = self._run(i)
+
+    def get_state(self, i: int) -> Any:
+        return self._env(i).get_state()
+
+    def set_state(self, i: int, state: Any) -> None:
+        self._env(i).set_state(state)
+
+    def _env(self, i: int) -> Env:
+        if self.envs[i] is None:
+            self.envs[i] = self.factories[i]()
+        return self.envs[i]
+
+    def close(self) -> None:
+        for env in self.envs:
+            close_quietly(env)
+        self.envs = []
+
+
+class _ThreadBackend(_InlineBackend):
+    """Worker threads pull commands from one queue. A step past `step_timeout` cannot be killed in
+    Python: its env is marked faulted and replaced, its thread abandoned (daemon) and a new worker
+    started; the late result is dropped (generation check)."""
+
+    def __init__(self, factories: Sequence[Callable[[], Env]], num_workers: int, step_timeout: float | None) -> None:
+        super().__init__(factories)
+        num_envs = len(self.factories)
+        self.step_timeout = step_timeout
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.results: queue.SimpleQueue = queue.SimpleQueue()
+        self.gen = [0] * num_envs  # bumped when a command is abandoned, so its late result is ignored
+        self.started = [0.0] * num_envs  # monotonic start of the running command, 0 while queued
+        self.runner = [-1] * num_envs
+        self.kind: dict[int, str] = {}  # in-flight env -> command kind
+        self.abandoned: set[int] = set()
+        self.threads: dict[int, threading.Thread] = {}
+        self.next_worker = 0
+        for _ in range(num_workers):
+            self._start_worker()
+
+    def _start_worker(self) -> None:
+        w = self.next_worker
+        self.next_worker += 1
+        t = threading.Thread(target=self._work, args=(w,), name=f"jgem-pool-{w}", daemon=True)
+        self.threads[w] = t
+        t.start()
+
+    def _work(self, w: int) -> None:
+        tasks, results, envs, gen = self.tasks, self.results, self.envs, self.gen
+        while True:
+            task = tasks.get()
+            if task is None:
+                return
+            i, g, kind, arg = task
+            self.runner[i] = w
+            self.started[i] = time.monotonic()
+            env = envs[i]
+            try:
+                if env is None:
+                    env = self.factories[i]()
+                    if gen[i] == g:
+                        envs[i] = env
+                item = (g, run_command(env, i, kind, arg), False)
+            except Exception as e:
+                if gen[i] == g:
+                    envs[i] = None
+                close_quietly(env)
+                item = (g, fault_result(i, "exception", describe(e), kind == "reset"), True)
+            results.put(item)
+            if w in self.abandoned:
+                return
+
+    def submit(self, env_ids: Sequence[int], kind: str, args: Sequence[Any]) -> None:
+        put, gen, started = self.tasks.put, self.gen, self.started
+        for i, a in zip(env_ids, args):
+            started[i] = 0.0
+            self.kind[i] = kind
+            put((i, gen[i], kind, a))
+
+    def _deliver(self, ready: dict[int, Result], item: tuple[int, Result, bool]) -> None:
+        g, res, faulted = item
+        i = res[0]
+        if g != self.gen[i] or i not in self.kind:
+            return  # late result of an abandoned command
+        del self.kind[i]
+        self.num_faults += faulted
+        ready[i] = res
+
+    def _check_timeouts(self, ready: dict[int, Result]) -> float | None:
+        """Fault commands running past the timeout; return seconds until the next could expire."""
+        now = time.monotonic()
+        nearest = self.step_timeout
+        for i in list(self.kind):
+            t0 = self.started[i]
+            if t0 == 0.0:
+                continue
+            left = t0 + self.step_timeout - now
+            if left > 0:
+                nearest = min(nearest, left)
+                continue
+            kind = self.kind.pop(i)
+            self.gen[i] += 1
+            self.envs[i] = None  # the hung thread keeps its own reference; never touch it again
+            self.abandoned.add(self.runner[i])
+            self._start_worker()
+            self.num_faults += 1
+            reason = f"{kind} ran longer than step_timeout={self.step_timeout}s"
+            ready[i] = fault_result(i, "timeout", reason, kind == "reset")
+        return nearest
+
+    def poll(self, ready: dict[int, Result], want: int, wait: float | None) -> None:
+        get = self.results.get
+        if self.step_timeout is not None:
+            nearest = self._check_timeouts(ready)
+            wait = nearest if wait is None else min(wait, nearest)
+        with contextlib.suppress(queue.Empty):
+            self._deliver(ready, get(timeout=wait) if wait is None or wait > 0 else self.results.get_nowait())
+        while True:  # drain what is already there without blocking
+            try:
+                self._deliver(ready, self.results.get_nowait())
+            except queue.Empty:
+                break
+        if self.step_timeout is not None:
+            self._check_timeouts(ready)
+
+    def poll_ids(self, ready: dict[int, Result], env_ids: Sequence[int]) -> None:
+        self.poll(ready, len(env_ids), None)
+
+    def close(self) -> None:
+        for _ in self.threads:
+            self.tasks.put(None)
+        deadline = time.monotonic() + 2.0
+        for w, t in self.threads.items():
+            if w not in self.abandoned:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+        self.threads = {}
+        super().close()
+
+
+class EnvPool:
+    """A pool of `num_envs` envs stepped asynchronously; see the module docstring for the contract."""
+
+    def __init__(
+        self,
+        env: str | Callable[[], Env],
+        num_envs: int,
+        *,
+        batch_size: int | None = None,
+        backend: Backend = "thread",
+        num_workers: int | None = None,
+        step_timeout: float | None = None,
+        env_kwargs: dict | None = None,
+        wrappers: Sequence[Callable[[Env], Env]] = (),
+        remote_urls: Sequence[str] = (),
+        remote_token: str | None = None,
+    ) -> None:
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        batch_size = num_envs if batch_size is None else batch_size
+        if not 1 <= batch_size <= num_envs:
+            raise ValueError(f"batch_size must be in 1..num_envs={num_envs}, got {batch_size}")
+        if step_timeout is not None and step_timeout <= 0:
+            raise ValueError(f"step_timeout must be positive seconds or None, got {step_timeout}")
+        if num_workers is not None and num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if isinstance(env, str) and backend != "remote":
+            from jgem.registry import spec
+
+            spec(env)  # unknown ids fail here, with suggestions, not inside a worker
+        self.num_envs = num_envs
+        self.batch_size = batch_size
+        self.backend = backend
+        self._busy = np.zeros(num_envs, np.bool_)
+        self._in_flight = 0
+        self._ready: dict[int, Result] = {}  # insertion order is arrival order
+        self._closed = False
+        wrappers = tuple(wrappers)
+        env_kwargs = dict(env_kwargs or {})
+        if backend == "inline":
+            if step_timeout is not None:
+                raise ValueError("the inline backend cannot time out a step; use backend='thread' or 'process'")
+            self._backend: Any = _InlineBackend([EnvFactory(env, env_kwargs, wrappers)] * num_envs)
+        elif backend == "thread":
+            factories = [EnvFactory(env, env_kwargs, wrappers)] * num_envs
+            self._backend = _ThreadBackend(factories, num_workers or num_envs, step_timeout)
+        elif backend == "remote":
+            if not isinstance(env, str):
+                raise ValueError("the remote backend needs an env id string, not a callable")
+            if not remote_urls:
+                raise ValueError("backend='remote' needs remote_urls=[...] (one or more env server base URLs)")
+            # Round-robin over servers; a rebuilt env reconnects to its own server.
+            urls = list(remote_urls)
+            factories = [
+                EnvFactory(env, env_kwargs, wrappers, urls[i % len(urls)], remote_token) for i in range(num_envs)
+            ]
+            self._backend = _ThreadBackend(factories, num_workers or num_envs, step_timeout)
+        elif backend == "process":
+            from jgem.envs.pool_workers import ProcessBackend
+
+            factory = EnvFactory(env, env_kwargs, wrappers)
+            self._backend = ProcessBackend(factory, num_envs, num_workers or _default_processes(num_envs), step_timeout)
+        else:
+            raise ValueError(f"unknown backend {backend!r}; choose 'inline', 'thread', 'process' or 'remote'")
+
+    # -- the async API --------------------------------------------------------------------------
+
+    def reset(self, env_ids: Sequence[int] | None = None, seeds: Sequence[int | None] | None = None) -> None:
+        """Queue resets (all envs when `env_ids` is None); results arrive via `recv` with `is_reset=True`."""
+        ids = list(range(self.num_envs)) if env_ids is None else self._check_ids(env_ids, "reset")
+        if seeds is None:
+            seeds = [None] * len(ids)
+        elif len(seeds) != len(ids):
+            raise ValueError(f"reset got {len(seeds)} seeds for {len(ids)} envs; pass one seed (or None) per env")
+        self._mark_busy(ids, "reset")
+        self._backend.submit(ids, "reset", seeds)
+
+    def send(self, env_ids: Sequence[int], actions: Sequence[str]) -> None:
+        """Queue one action per env; each env must have no command in flight."""
+        ids = self._check_ids(env_ids, "send")
+        if len(actions) != len(ids):
+            raise ValueError(f"send got {len(actions)} actions for {len(ids)} env ids; pass exactly one action per env")
+        self._mark_busy(ids, "send")
+        self._backend.submit(ids, "step", actions)
+
+    def recv(self, timeout: float | None = None) -> StepBatch:
+        """The first `batch_size` results to finish (all in flight if fewer), in arrival order.
+
+        With a `timeout`, returns what finished by then (possibly an empty batch).
+        """
+        self._check_open()
+        n = min(self.batch_size, self._in_flight)
+        if n == 0:
+            raise ValueError("recv() with no command in flight; call send() or reset() first")
+        ready = self._ready
+        if len(ready) < n:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while len(ready) < n:
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    break
+                self._backend.poll(ready, n - len(ready), wait)
+        return self._take(list(islice(ready, n)))
+
+    def step(self, env_ids: Sequence[int], actions: Sequence[str]) -> StepBatch:
+        """Send, then wait for exactly these envs; rows are ordered as `env_ids`."""
+        self.send(env_ids, actions)
+        ids = [int(i) for i in env_ids]
+        ready = self._ready
+        while True:
+            missing = [i for i in ids if i not in ready]
+            if not missing:
+                return self._take(ids)
+            self._backend.poll_ids(ready, missing)
+
+    def get_state(self, env_id: int) -> Any:
+        """A snapshot of env `env_id` (not in flight) for `set_state` on any env of this pool."""
+        (i,) = self._check_ids([env_id], "get_state")
+        self._check_idle(i, "get_state")
+        return self._backend.get_state(i)
+
+    def set_state(self, env_id: int, state: Any) -> None:
+        (i,) = self._check_ids([env_id], "set_state")
+        self._check_idle(i, "set_state")
+        self._backend.set_state(i, state)
+
+    @property
+    def num_faults(self) -> int:
+        return self._backend.num_faults
+
+    def close(self) -> None:
+        """Stop workers and close envs. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._backend.close()
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def __repr__(self) -> str:
+        return f"EnvPool(num_envs={self.num_envs}, batch_size={self.batch_size}, backend={self.backend!r})"
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+
+    def _take(self, ids: list[int]) -> StepBatch:
+        ready = self._ready
+        results = [ready.pop(i) for i in ids]
+        self._busy[ids] = False
+        self._in_flight -= len(ids)
+        return StepBatch.from_results(results)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this EnvPool is closed; create a new one")
+
+    def _check_ids(self, env_ids: Sequence[int], what: str) -> list[int]:
+        self._check_open()
+        ids = [int(i) for i in env_ids]
+        for i in ids:
+            if not 0 <= i < self.num_envs:
+                raise ValueError(f"{what}: unknown env id {i}; valid ids are 0..{self.num_envs - 1}")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{what}: env ids repeat in {ids}; each env takes one command at a time")
+        return ids
+
+    def _check_idle(self, i: int, what: str) -> None:
+        if self._busy[i]:
+            raise ValueError(f"{what}: env {i} has a command in flight; recv() its result first")
+
+    def _mark_busy(self, ids: list[int], what: str) -> None:
+        busy = self._busy[ids]
+        if busy.any():
+            bad = [i for i, b in zip(ids, busy) if b]
+            raise ValueError(f"{what}: envs {bad} already have a command in flight; recv() their results first")
+        self._busy[ids] = True
+        self._in_flight += len(ids)
+
+
+def _default_processes(num_envs: int) -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(num_envs, cpus))
