@@ -1,0 +1,183 @@
+"""Tokenizers: local HF loading, the shipped tiny tokenizer, and token-exact incremental chat.
+
+`ChatFormat` keeps a conversation as a list of token ids that only ever grows: the prompt of turn 1
+is the chat template's rendering, and each later turn appends the model's own sampled action tokens
+followed by `observation_tokens(obs)`, the template's text between the end of that action and the
+next generation prompt. Earlier tokens are never re-encoded, so the learner trains on exactly what
+the sampler produced and conditioned on.
+
+The per-template pieces (end-of-turn token, the text after an action, the text of a new observation)
+are derived by rendering the template around sentinel strings, not hard-coded, so the same code serves
+Qwen-style (`<|im_start|>`), Qwen3 (with and without thinking) and Llama 3 templates.
+
+Where the stream equals `apply_chat_template(messages, add_generation_prompt=True)` of the same chat:
+the template must be *append-only*, i.e. rendering a longer chat must extend the rendering of a
+shorter one. `ChatFormat.append_only` probes this. Known exceptions:
+- Qwen3 drops the `<think>...</think>` block of assistant turns before the latest user message, and
+  with `enable_thinking=False` its generation prompt injects an empty think block that later renders
+  drop too. The stream keeps what the model actually saw (strictly appending), which is what RL needs;
+  it equals the template only for non-reasoning actions with `enable_thinking` unset/True, or for
+  tool-role observations (turns after the last user query keep their think blocks).
+- Llama 3 trims message content, so actions or observations with surrounding whitespace render
+  differently from what was sampled.
+In every case, `start(messages)` (the per-turn-prompt view) equals the template exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+TINY_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tiny_tokenizer"
+
+# Sentinels rendered through the template to locate its per-turn pieces; plain ASCII words so no
+# template trims, escapes or splits them.
+_S_USER = "JGEMSENTINELUSER"
+_S_ASSISTANT = "JGEMSENTINELASSISTANT"
+_S_OBS = "JGEMSENTINELOBSERVATION"
+
+Message = dict[str, Any]
+
+
+def load_tokenizer(path: str | Path | None = None) -> PreTrainedTokenizerBase:
+    """A fast HF tokenizer from a local directory; `None` gives the shipped tiny tokenizer."""
+    directory = Path(path) if path is not None else TINY_TOKENIZER_DIR
+    if not directory.is_dir():
+        raise FileNotFoundError(
+            f"tokenizer directory {directory} does not exist; pass a local HF model directory "
+            "(jgem never downloads from a hub) or None for the tiny tokenizer "
+            "(rebuild it with scripts/build_tiny_tokenizer.py if it is missing)"
+        )
+    if not (directory / "tokenizer.json").exists():
+        raise FileNotFoundError(f"{directory} has no tokenizer.json; jgem needs a fast (tokenizers) tokenizer")
+    return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+
+
+class ChatFormat:
+    """Builds a chat's token stream turn by turn, token-exact with the tokenizer's chat template.
+
+    `system` is prepended to `start`'s messages when they have no system message of their own.
+    `enable_thinking` (Qwen3) and `template_kwargs` (e.g. Llama's `date_string`) go to the template.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        system: str | None = None,
+        enable_thinking: bool | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(
+                f"{type(tokenizer).__name__} has no chat_template; load a chat/instruct tokenizer or set "
+                "tokenizer.chat_template to a Jinja template"
+            )
+        self.tokenizer = tokenizer
+        self.system = system
+        self.template_kwargs = dict(template_kwargs or {})
+        if enable_thinking is not None:
+            self.template_kwargs["enable_thinking"] = enable_thinking
+        self.end_of_turn_id, self._end_of_turn_text = self._derive_end_of_turn()
+        eos = tokenizer.eos_token_id
+        self.stop_token_ids: tuple[int, ...] = tuple(
+            sorted({self.end_of_turn_id} | ({eos} if eos is not None else set()))
+        )
+        self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_of_turn_id
+        self.append_only: bool = self._probe_append_only()
+
+    # -- rendering ---------------------------------------------------------------------------------
+
+    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
+        """The template's text for `messages` (the system message added as in `start`)."""
+        return self.tokenizer.apply_chat_template(
+            self._with_system(messages),
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **self.template_kwargs,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        # The chat template already wrote any BOS; apply_chat_template tokenises the same way.
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _with_system(self, messages: Sequence[Message]) -> list[Message]:
+        messages = list(messages)
+        if self.system is not None and not (messages and messages[0].get("role") == "system"):
+            messages.insert(0, {"role": "system", "content": self.system})
+        return messages
+
+    def _derive_end_of_turn(self) -> tuple[int, str]:
+        """The special token the template writes right after an assistant message's content."""
+        chat = [{"role": "user", "content": _S_USER}, {"role": "assistant", "content": _S_ASSISTANT}]
+        text = self.render(chat, add_generation_prompt=False)
+        tail = text[text.rfind(_S_ASSISTANT) + len(_S_ASSISTANT) :]
+        ids = self.encode(tail)
+        special = set(self.tokenizer.all_special_ids) | set(self.tokenizer.added_tokens_decoder)
+        if not ids or ids[0] not in special:
+            raise ValueError(
+                f"the chat template ends an assistant turn with {tail[:40]!r}, which does not start with a special "
+                "token; ChatFormat needs an end-of-turn special token (like <|im_end|> or <|eot_id|>) to stop on"
+            )
+        eot_text = self.tokenizer.convert_ids_to_tokens(ids[0])
+        if not tail.startswith(eot_text):
+            raise ValueError(f"cannot locate the end-of-turn token {eot_text!r} in the template's text {tail!r}")
+        return ids[0], eot_text
+
+    def _probe_append_only(self) -> bool:
+        """Whether rendering a longer chat extends a shorter one (then the stream equals the template)."""
+        first = [{"role": "user", "content": _S_USER}]
+        prompt = self.render(first, add_generation_prompt=True)
+        longer = first + [{"role": "assistant", "content": _S_ASSISTANT}, {"role": "user", "content": _S_OBS}]
+        expected = prompt + _S_ASSISTANT + self._end_of_turn_text
+        return self.render(longer, add_generation_prompt=True).startswith(expected)
+
+    # -- the incremental stream --------------------------------------------------------------------
+
+    def start(self, messages: Sequence[Message]) -> list[int]:
+        """Prompt token ids for `messages`, ending with the generation prompt (exactly the template's)."""
+        if not messages:
+            raise ValueError("start() needs at least one message, e.g. [{'role': 'user', 'content': obs}]")
+        return self.encode(self.render(messages, add_generation_prompt=True))
+
+    def observation_tokens(self, content: str | Sequence[Message], role: str = "user") -> list[int]:
+        """Tokens to append after an action that ended with a stop token: the new message(s) and the
+        next generation prompt. `content` is a string (one message of `role`) or a list of messages
+        (e.g. several tool results)."""
+        new = [{"role": role, "content": content}] if isinstance(content, str) else [dict(m) for m in content]
+        if not new:
+            raise ValueError("observation_tokens() needs at least one message")
+        context = [{"role": "user", "content": _S_USER}, {"role": "assistant", "content": _S_ASSISTANT}]
+        text = self.render(context + new, add_generation_prompt=True)
+        tail = text[text.rfind(_S_ASSISTANT) + len(_S_ASSISTANT) :]
+        if not tail.startswith(self._end_of_turn_text):
+            raise ValueError(
+                f"the template does not end the assistant turn with {self._end_of_turn_text!r} when a {role!r} "
+                f"message follows (got {tail[:40]!r}); this template is not supported incrementally"
+            )
+        # The sampled action already ends with the end-of-turn token; the rest is ours to append.
+        return self.encode(tail[len(self._end_of_turn_text) :])
+
+    def close_action(self, action_ids: Sequence[int]) -> list[int]:
+        """Tokens that end a truncated action (no stop token) so the stream stays well-formed; these are
+        conditioning only, never trained on. Empty when the action already ends with a stop token."""
+        if action_ids and action_ids[-1] in self.stop_token_ids:
+            return []
+        return [self.end_of_turn_id]
+
+    def ends_with_stop(self, action_ids: Sequence[int]) -> bool:
+        return bool(action_ids) and action_ids[-1] in self.stop_token_ids
+
+    def action_text(self, action_ids: Sequence[int]) -> str:
+        """The action as text for the env: decoded once, without its trailing stop token."""
+        ids = list(action_ids)
+        if ids and ids[-1] in self.stop_token_ids:
+            ids = ids[:-1]
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def action_ids(self, text: str) -> list[int]:
+        """Canonical tokens of an action `text` plus the end-of-turn token (scripted agents, tests)."""
+        return self.encode(text) + [self.end_of_turn_id]
