@@ -138,6 +138,13 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
 
     @app.middleware("http")
     async def _instance_header(request: Request, call_next: Any) -> Any:
+        # A client that names the instance it created its env on is refused after a restart: env ids restart
+        # from 0, and its id may now belong to someone else's env.
+        expected = request.headers.get(INSTANCE_HEADER)
+        if expected and expected != svc.instance:
+            return JSONResponse({"detail": f"server instance changed ({expected} -> {svc.instance}): it restarted "
+                                           "and its envs are gone; create a new env"}, status_code=410,
+                                headers={INSTANCE_HEADER: svc.instance})
         response = await call_next(request)
         response.headers[INSTANCE_HEADER] = svc.instance
         return response
