@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from typing import Any
 
 from jgem.core import Env, StepResult
@@ -74,9 +75,7 @@ class GuessTheNumberEnv(GameEnv):
     def step(self, action: str) -> StepResult:
         self.turn_count += 1
         last_turn = self.turn_count >= self.max_turns
-        match = None
-        for match in _GUESS.finditer(action):
-            pass
+        match = next(iter(deque(_GUESS.finditer(action), maxlen=1)), None)  # GEM reads the last match
         if match is None:
             obs = f"Turn {self.turn_count}: no guess found; put a whole number inside \\boxed{{}}. Game over."
             return obs, Reward.FORMAT_ERROR, True, last_turn, self.info(success=False)

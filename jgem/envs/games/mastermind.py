@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 from jgem.core import Env, StepResult
@@ -45,7 +45,9 @@ class MastermindEnv(GameEnv):
         self._is_random = code_length is None or num_numbers is None or max_turns is None
         if not self._is_random:
             if code_length < 1 or num_numbers < 1 or max_turns < 1:
-                raise ValueError(f"code_length, num_numbers, max_turns must be >= 1, got {code_length, num_numbers, max_turns}")
+                raise ValueError(
+                    f"code_length, num_numbers, max_turns must be >= 1, got {code_length, num_numbers, max_turns}"
+                )
             if not duplicate_numbers and code_length > num_numbers:
                 raise ValueError(
                     f"a code of {code_length} distinct digits needs num_numbers >= {code_length}, got {num_numbers}; "
@@ -92,11 +94,11 @@ class MastermindEnv(GameEnv):
     def step(self, action: str) -> StepResult:
         self.turn_count += 1
         last_turn = self.turn_count >= self.max_turns
-        match = None
-        for match in _GUESS.finditer(action):
-            pass
+        match = next(iter(deque(_GUESS.finditer(action), maxlen=1)), None)  # GEM reads the last match
         if match is None:
-            obs = f"Turn {self.turn_count}: no guess found; put digits separated by spaces inside \\boxed{{}}. Game over."
+            obs = (
+                f"Turn {self.turn_count}: no guess found; put digits separated by spaces inside \\boxed{{}}. Game over."
+            )
             return obs, Reward.FORMAT_ERROR, True, last_turn, self.info(success=False)
         guess = tuple(parse_number(d) for d in match.group(1).split())
         shown = " ".join(map(str, guess))
@@ -122,7 +124,9 @@ class MastermindEnv(GameEnv):
         return obs, reward, False, False, self.info()
 
     def sample_random_action(self) -> str:
-        digits = self.np_random.choice(range(1, self.num_numbers + 1), size=self.code_length, replace=self.duplicate_numbers)
+        digits = self.np_random.choice(
+            range(1, self.num_numbers + 1), size=self.code_length, replace=self.duplicate_numbers
+        )
         return "\\boxed{" + " ".join(str(int(d)) for d in digits) + "}"
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, deque
 from typing import Any
 
 from jgem.core import Env, StepResult
@@ -87,9 +87,7 @@ class WordleEnv(GameEnv):
     def step(self, action: str) -> StepResult:
         self.turn_count += 1
         last_turn = self.turn_count >= self.max_turns
-        match = None
-        for match in _GUESS.finditer(action):
-            pass
+        match = next(iter(deque(_GUESS.finditer(action), maxlen=1)), None)  # GEM reads the last match
         if match is None:
             obs = f"Turn {self.turn_count}: no guess found; put a word inside \\boxed{{}}. Game over."
             return obs, Reward.FORMAT_ERROR, True, last_turn, self.info(success=False)
@@ -150,6 +148,6 @@ class Solver:
     def _choose(self) -> str:
         cands = self.candidates
         if 2 < len(cands) <= self.split_limit:
-            return max(cands, key=lambda g: (len({feedback(w, g) for w in cands}), g in cands))
+            return max(cands, key=lambda g: len({feedback(w, g) for w in cands}))
         freq = Counter(c for w in cands for c in set(w))
         return max(cands, key=lambda w: sum(freq[c] for c in set(w)))
