@@ -1,0 +1,286 @@
+"""Sampling: a jitted prefill plus a `lax.while_loop` decode, and teacher-forced `token_logprobs`.
+
+Prompt layout: each prompt is right-aligned in a row of a bucketed length P (left padding has segment 0,
+real tokens segment 1 and positions 0..len-1), so every row writes the same cache slot at each decode
+step. Logprobs are of the behaviour policy: log-softmax of logits / temperature, *before* top-p/top-k
+truncation (what `token_logprobs(..., temperature=t)` recomputes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jgem.models.config import ModelConfig
+from jgem.models.kvcache import KVCache, init_cache
+from jgem.models.transformer import Transformer
+
+Array = jax.Array
+DEFAULT_PROMPT_BUCKETS = tuple(2**i for i in range(6, 16))  # 64 .. 32768
+
+
+# ---------------------------------------------------------------------- teacher-forced log-probs
+
+
+def token_logprobs(model: Transformer, tokens: Array, positions: Array, segment_ids: Array | None = None, *,
+                   chunk_size: int = 1024, temperature: float = 1.0) -> tuple[Array, Array]:
+    """logprobs, entropy f32[B,T]: logprobs[:, t] = log p(tokens[:, t] | tokens[:, <t]); entropy[:, t] is the
+    entropy of that predictive distribution. Both are 0 at t=0, at segment starts and on padding (segment 0).
+
+    The vocab projection runs over chunks of `chunk_size` tokens (rematerialised in the backward pass), so
+    memory stays O(chunk_size * V) whatever B*T is. Differentiable.
+    """
+    h, _ = model.hidden(tokens, positions, segment_ids=segment_ids)
+    b, t, d = h.shape
+    h_prev = jnp.concatenate([jnp.zeros((b, 1, d), h.dtype), h[:, :-1]], axis=1)  # h_prev[t] predicts tokens[t]
+    first = jnp.arange(t)[None, :] == 0
+    if segment_ids is None:
+        valid = jnp.broadcast_to(~first, (b, t))
+    else:
+        prev_seg = jnp.concatenate([jnp.zeros((b, 1), segment_ids.dtype), segment_ids[:, :-1]], axis=1)
+        valid = ~first & (segment_ids == prev_seg) & (segment_ids != 0)
+    n = b * t
+    c = max(1, min(chunk_size, n))
+    chunks = math.ceil(n / c)
+    hf = jnp.pad(h_prev.reshape(n, d), ((0, chunks * c - n), (0, 0))).reshape(chunks, c, d)
+    tf = jnp.pad(tokens.reshape(n), (0, chunks * c - n)).reshape(chunks, c)
+
+    @jax.checkpoint
+    def one(args):
+        hc, tc = args  # [C,D], [C]
+        logits = model.logits(hc[None])[0] / temperature  # f32[C,V]
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        lp = jnp.take_along_axis(logp, tc[:, None], axis=-1)[:, 0]
+        ent = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+        return lp, ent
+
+    lp, ent = jax.lax.map(one, (hf, tf)) if chunks > 1 else jax.tree.map(lambda x: x[None], one((hf[0], tf[0])))
+    lp = lp.reshape(-1)[:n].reshape(b, t)
+    ent = ent.reshape(-1)[:n].reshape(b, t)
+    return jnp.where(valid, lp, 0.0), jnp.where(valid, ent, 0.0)
+
+
+# ---------------------------------------------------------------------- sampling
+
+
+@flax.struct.dataclass
+class SampleOutput:
+    tokens: Array  # int32[B,N]; pad_id after a row stops
+    logprobs: Array  # f32[B,N]; 0 after a row stops
+    lengths: Array  # int32[B]; tokens produced, including the EOS / stop sequence
+
+
+@flax.struct.dataclass
+class _Loop:
+    step: Array  # int32[]: index of the next token to sample
+    last: Array  # int32[B]: token to feed next
+    pos: Array  # int32[B]: its position
+    done: Array  # bool[B]
+    recent: Array  # int32[B,L]: last L sampled tokens (stop-sequence window)
+    tokens: Array
+    logprobs: Array
+    lengths: Array
+    cache: KVCache
+    rng: Array
+
+
+def sample_logits(logits: Array, rng: Array, temperature: Array, top_p: Array, top_k: Array,
+                  greedy: Array) -> tuple[Array, Array]:
+    """logits f32[B,V] -> (token int32[B], behaviour logprob f32[B]). Scalars are traced (no recompiles)."""
+    scaled = logits / jnp.maximum(temperature, 1e-6)
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+
+    def truncate(x):
+        srt = -jnp.sort(-x, axis=-1)  # descending
+        probs = jax.nn.softmax(srt, axis=-1)
+        keep = (jnp.cumsum(probs, axis=-1) - probs) < top_p
+        keep &= (top_k <= 0) | (jnp.arange(x.shape[-1]) < top_k)
+        thr = jnp.min(jnp.where(keep, srt, jnp.inf), axis=-1, keepdims=True)
+        return jnp.where(x >= thr, x, -jnp.inf)
+
+    filtered = jax.lax.cond((top_p < 1.0) | (top_k > 0), truncate, lambda x: x, scaled)
+    sampled = jax.random.categorical(rng, filtered, axis=-1)
+    tok = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+    return tok, jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
+
+
+def _stopped(tok: Array, recent: Array, eos: Array, stop: Array) -> tuple[Array, Array]:
+    """Appends tok[B] to recent[B,L]; done if tok is an EOS id or recent ends with a stop sequence (stop[S,L],
+    right-aligned, -1 = wildcard)."""
+    recent = jnp.concatenate([recent[:, 1:], tok[:, None]], axis=1)
+    hit = jnp.any(tok[:, None] == eos[None, :], axis=1)
+    if stop.shape[0]:
+        match = (stop[None] == -1) | (recent[:, None, :] == stop[None])  # [B,S,L]
+        hit |= jnp.any(jnp.all(match, axis=-1), axis=-1)
+    return hit, recent
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class Sampler:
+    """Batched generation with prompt-length (and batch-size) buckets, so compilations stay bounded.
+
+    With `mesh`, prompts and the KV cache are sharded over the batch axes (`batch_axes` present in the mesh);
+    params are used as placed by the caller.
+    """
+
+    def __init__(self, cfg: ModelConfig, *, eos_ids: Sequence[int], pad_id: int = 0,
+                 max_prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
+                 batch_buckets: Sequence[int] | None = None, mesh: Mesh | None = None,
+                 batch_axes: Sequence[str] = ("data", "fsdp"), cache_dtype: str | None = None):
+        self.cfg = cfg
+        self.eos_ids = np.asarray(sorted(set(int(e) for e in eos_ids)) or [-1], np.int32)
+        self.pad_id = int(pad_id)
+        self.prompt_buckets = tuple(sorted(int(b) for b in max_prompt_buckets))
+        self.batch_buckets = None if batch_buckets is None else tuple(sorted(int(b) for b in batch_buckets))
+        self.mesh = mesh
+        self.batch_axes = tuple(a for a in batch_axes if mesh is not None and a in mesh.shape)
+        self.batch_multiple = 1 if mesh is None else math.prod(mesh.shape[a] for a in self.batch_axes)
+        self.cache_dtype = cache_dtype
+        self._traces = 0
+        self._jit = jax.jit(self._generate, static_argnums=(0, 1))
+
+    @property
+    def num_compilations(self) -> int:
+        return self._traces
+
+    def _bucket_prompt(self, n: int) -> int:
+        for b in self.prompt_buckets:
+            if b >= n:
+                return b
+        raise ValueError(f"prompt of {n} tokens exceeds the largest prompt bucket {self.prompt_buckets[-1]}; "
+                         "add a larger bucket to max_prompt_buckets or truncate the prompt")
+
+    def _bucket_batch(self, n: int) -> int:
+        if self.batch_buckets is None:
+            b = _pow2(n)
+        else:
+            b = next((x for x in self.batch_buckets if x >= n), None)
+            if b is None:
+                raise ValueError(f"batch of {n} prompts exceeds the largest batch bucket {self.batch_buckets[-1]}")
+        m = self.batch_multiple
+        return -(-b // m) * m
+
+    def _shard(self, x: np.ndarray) -> Array:
+        if self.mesh is None:
+            return jnp.asarray(x)
+        spec = PartitionSpec(self.batch_axes or None, *([None] * (x.ndim - 1)))
+        return jax.device_put(x, NamedSharding(self.mesh, spec))
+
+    def generate(self, model: Transformer | tuple[Any, Any], prompts: Sequence[Sequence[int]], rng: Array, *,
+                 max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                 greedy: bool = False, stop_sequences: Sequence[Sequence[int]] = ()) -> SampleOutput:
+        """Samples up to max_new_tokens per prompt. Returns device arrays without blocking."""
+        if not prompts:
+            raise ValueError("generate() needs at least one prompt")
+        lens = [len(p) for p in prompts]
+        if min(lens) < 1:
+            raise ValueError(f"prompt {lens.index(0)} is empty; every prompt needs at least one token (e.g. BOS)")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        bsz, plen = self._bucket_batch(len(prompts)), self._bucket_prompt(max(lens))
+        tokens = np.full((bsz, plen), self.pad_id, np.int32)
+        positions = np.zeros((bsz, plen), np.int32)
+        segs = np.zeros((bsz, plen), np.int32)
+        for i, p in enumerate(prompts):
+            n = len(p)
+            tokens[i, plen - n:] = p
+            positions[i, plen - n:] = np.arange(n)
+            segs[i, plen - n:] = 1
+        active = np.arange(bsz) < len(prompts)
+        # Stop sequences are padded to power-of-two buckets (rows of -3 never match) to avoid recompiles.
+        width = _pow2(max([len(s) for s in stop_sequences] + [8]))
+        stop = np.full((_pow2(max(len(stop_sequences), 4)), width), -3, np.int32)
+        for i, s in enumerate(stop_sequences):
+            if len(s) == 0:
+                raise ValueError(f"stop sequence {i} is empty")
+            stop[i, : width - len(s)] = -1
+            stop[i, width - len(s):] = s
+        if isinstance(model, nnx.Module):
+            graphdef, state = nnx.split(model)
+        else:
+            graphdef, state = model
+        out = self._jit(
+            graphdef, int(max_new_tokens), state, self._shard(tokens), self._shard(positions), self._shard(segs),
+            self._shard(active), rng, jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k),
+            jnp.bool_(greedy), jnp.asarray(self.eos_ids), jnp.asarray(stop),
+        )
+        if bsz == len(prompts):
+            return out
+        return jax.tree.map(lambda x: x[: len(prompts)], out)
+
+    def _generate(self, graphdef, max_new: int, state, tokens, positions, segs, active, rng, temperature, top_p,
+                  top_k, greedy, eos, stop) -> SampleOutput:
+        self._traces += 1  # runs once per trace, i.e. per compilation
+        model = nnx.merge(graphdef, state)
+        bsz, plen = tokens.shape
+        cache = self._constrain(init_cache(self.cfg, bsz, plen + max_new, self.cache_dtype))
+        h, cache = model.hidden(tokens, positions, segment_ids=segs, cache=cache)
+        logits = model.logits(h[:, -1:])[:, 0]
+        rng, sub = jax.random.split(rng)
+        tok, lp = sample_logits(logits, sub, temperature, top_p, top_k, greedy)
+        recent = jnp.full((bsz, stop.shape[1]), -2, jnp.int32)
+        hit, recent = _stopped(tok, recent, eos, stop)
+        loop = _Loop(
+            step=jnp.ones((), jnp.int32),
+            last=tok,
+            pos=positions[:, -1] + 1,
+            done=hit | ~active,
+            recent=recent,
+            tokens=jnp.full((bsz, max_new), self.pad_id, jnp.int32).at[:, 0].set(tok),
+            logprobs=jnp.zeros((bsz, max_new), jnp.float32).at[:, 0].set(lp),
+            lengths=jnp.where(active, 1, 0).astype(jnp.int32),
+            cache=cache,
+            rng=rng,
+        )
+
+        def cond(s: _Loop):
+            return (s.step < max_new) & ~jnp.all(s.done)
+
+        def body(s: _Loop) -> _Loop:
+            h, cache = model.hidden(s.last[:, None], s.pos[:, None], segment_ids=jnp.ones((bsz, 1), jnp.int32),
+                                    cache=s.cache)
+            rng, sub = jax.random.split(s.rng)
+            tok, lp = sample_logits(model.logits(h)[:, 0], sub, temperature, top_p, top_k, greedy)
+            tok = jnp.where(s.done, self.pad_id, tok)
+            lp = jnp.where(s.done, 0.0, lp)
+            hit, recent = _stopped(tok, s.recent, eos, stop)
+            return _Loop(
+                step=s.step + 1,
+                last=tok,
+                pos=s.pos + 1,
+                done=s.done | hit,
+                recent=recent,
+                tokens=jax.lax.dynamic_update_slice(s.tokens, tok[:, None], (0, s.step)),
+                logprobs=jax.lax.dynamic_update_slice(s.logprobs, lp[:, None], (0, s.step)),
+                lengths=s.lengths + (~s.done).astype(jnp.int32),
+                cache=self._constrain(cache),
+                rng=rng,
+            )
+
+        loop = jax.lax.while_loop(cond, body, loop)
+        return SampleOutput(tokens=loop.tokens, logprobs=loop.logprobs, lengths=loop.lengths)
+
+    def _constrain(self, cache: KVCache) -> KVCache:
+        """Keeps the cache sharded over the batch axes (and kv heads over `tensor` when it divides)."""
+        if self.mesh is None:
+            return cache
+        batch = self.batch_axes or None
+        t = self.mesh.shape.get("tensor", 1)
+        heads = "tensor" if t > 1 and self.cfg.num_kv_heads % t == 0 else None
+        kv = NamedSharding(self.mesh, PartitionSpec(batch, None, heads, None))
+        seg = NamedSharding(self.mesh, PartitionSpec(batch, None))
+        c = partial(jax.lax.with_sharding_constraint)
+        return KVCache(k=tuple(c(x, kv) for x in cache.k), v=tuple(c(x, kv) for x in cache.v),
+                       segment_ids=c(cache.segment_ids, seg), end=cache.end)
