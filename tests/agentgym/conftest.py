@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -52,10 +53,8 @@ class Server:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGCONT)  # in case a test stopped it
-            except ProcessLookupError:
-                pass
             self.proc.terminate()
             try:
                 self.proc.wait(10)
