@@ -423,7 +423,13 @@ class EnvPool:
 
     @property
     def num_faults(self) -> int:
+        """Faults reported so far (one per env result carrying `info["fault"]`)."""
         return self._backend.num_faults
+
+    @property
+    def num_in_flight(self) -> int:
+        """Commands sent whose results have not been returned by `recv`/`step` yet."""
+        return self._in_flight
 
     def close(self) -> None:
         """Stop workers and close envs. Idempotent."""
