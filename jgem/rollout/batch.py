@@ -1,0 +1,231 @@
+"""Episodes -> fixed-shape TrainBatch arrays (numpy, host side), in both multi-turn views.
+
+- `view="per_turn"`: one segment per transition: its prompt followed by its action.
+- `view="chat"`: one segment per episode: the whole token stream (each turn's prompt extends the
+  previous prompt + action), every action token carrying its own turn's advantage. For a causal LM
+  this gives the per-turn view's gradient at a fraction of the tokens.
+
+Segments are packed into rows (first-fit decreasing); `segment_ids` number a row's segments from 1
+(0 is padding) and `positions` restart at 0 in each segment. The row length comes from `buckets` and
+the row count is padded to a multiple of `batch_divisor`, so XLA sees a bounded set of shapes.
+Alignment follows `token_logprobs`: `old_logprobs[:, t] = log p(tokens[:, t] | tokens[:, <t])`, set on
+action tokens (where `loss_mask` is True) and 0 elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from jgem.rollout.episode import Episode
+
+View = Literal["per_turn", "chat"]
+DEFAULT_BUCKETS = (128, 256, 512, 1024, 2048, 4096)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One unpacked training sequence (host arrays of equal length)."""
+
+    tokens: np.ndarray  # i32[L]
+    loss_mask: np.ndarray  # bool[L]
+    advantages: np.ndarray  # f32[L]
+    old_logprobs: np.ndarray  # f32[L]
+    value_mask: np.ndarray  # bool[L]: last prompt token of each turn
+    returns: np.ndarray  # f32[L]
+    values: np.ndarray  # f32[L]
+    episode: int  # index into the episodes list
+    turns: tuple[int, ...]  # transition indices inside the episode
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """`arrays`: TrainBatch fields (feed `TrainBatch(**arrays)`); `placement[s] = (row, start, length)` of
+    segment s (in `segments` order); `metrics`: padding fraction, shape and token counts."""
+
+    arrays: dict[str, np.ndarray]
+    placement: np.ndarray
+    segments: tuple[Segment, ...]
+    metrics: dict[str, float]
+
+
+def _turn_value(table: np.ndarray | None, e: int, k: int, name: str) -> float:
+    if table is None:
+        return 0.0
+    if k >= table.shape[1]:
+        raise ValueError(f"{name} has {table.shape[1]} turns but episode {e} has a turn {k}; pass [E, K] per turn")
+    return float(table[e, k])
+
+
+def episode_segments(
+    episodes: list[Episode],
+    advantages: np.ndarray,
+    *,
+    view: View = "chat",
+    returns: np.ndarray | None = None,
+    values: np.ndarray | None = None,
+) -> list[Segment]:
+    """Unpacked segments of `episodes` with per-turn `advantages[E, K]` (and optional `returns`/`values`
+    [E, K] for a critic) spread onto the action tokens / the last prompt token of each turn."""
+    advantages = np.asarray(advantages, np.float32)
+    if advantages.ndim != 2 or advantages.shape[0] < len(episodes):
+        raise ValueError(f"advantages must be [E, K] with E >= {len(episodes)} episodes, got {advantages.shape}")
+    returns = None if returns is None else np.asarray(returns, np.float32)
+    values = None if values is None else np.asarray(values, np.float32)
+    segments: list[Segment] = []
+    for e, ep in enumerate(episodes):
+        if view == "per_turn":
+            for k in range(ep.num_turns):
+                segments.append(_build(ep, e, [k], advantages, returns, values))
+        elif view == "chat":
+            if ep.num_turns:
+                segments.append(_build(ep, e, list(range(ep.num_turns)), advantages, returns, values))
+        else:
+            raise ValueError(f"unknown view {view!r}; use 'per_turn' or 'chat'")
+    return segments
+
+
+def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segment:
+    """Segment for `turns` of one episode: the last turn's prompt + action, every listed turn's action
+    (found at its prompt's end) marked for the loss."""
+    tokens: list[np.ndarray] = []
+    length = 0
+    marks: list[tuple[int, int, int]] = []  # (turn, action start, prompt length)
+    for k in turns:
+        t = ep.transitions[k]
+        if length:  # chat view: this prompt must extend everything so far
+            prev = np.concatenate(tokens)
+            if t.prompt_ids.size < length or not np.array_equal(t.prompt_ids[:length], prev):
+                raise ValueError(
+                    f"episode {ep.episode_id} turn {k}: the prompt does not extend the previous turn's prompt and "
+                    "action, so the episode cannot be one chat-history row; build the prompts with ChatFormat "
+                    "(append-only) or use view='per_turn'"
+                )
+        tokens.append(t.prompt_ids[length:])
+        marks.append((k, t.prompt_ids.size, t.prompt_ids.size))
+        tokens.append(t.action_ids)
+        length = t.prompt_ids.size + t.action_ids.size
+    tok = np.concatenate(tokens).astype(np.int32)
+    L = tok.size
+    loss_mask = np.zeros(L, bool)
+    a = np.zeros(L, np.float32)
+    lp = np.zeros(L, np.float32)
+    vmask = np.zeros(L, bool)
+    ret = np.zeros(L, np.float32)
+    val = np.zeros(L, np.float32)
+    for k, start, plen in marks:
+        t = ep.transitions[k]
+        end = start + t.action_ids.size
+        loss_mask[start:end] = True
+        a[start:end] = _turn_value(adv, e, k, "advantages")
+        lp[start:end] = t.action_logprobs
+        vmask[plen - 1] = True
+        ret[plen - 1] = _turn_value(returns, e, k, "returns")
+        val[plen - 1] = _turn_value(values, e, k, "values")
+    return Segment(tok, loss_mask, a, lp, vmask, ret, val, e, tuple(turns))
+
+
+def choose_length(longest: int, buckets: tuple[int, ...]) -> int:
+    """The smallest bucket that holds the longest segment."""
+    fits = [b for b in sorted(buckets) if b >= longest]
+    if not fits:
+        raise ValueError(
+            f"a segment of {longest} tokens does not fit the largest bucket {max(buckets)}; add a larger bucket, "
+            "lower the turn limit / max new tokens, or use view='per_turn'"
+        )
+    return fits[0]
+
+
+def pack(lengths: list[int], row_len: int) -> list[tuple[int, int]]:
+    """First-fit decreasing: (row, start) for each length, deterministic (ties keep input order)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    free: list[int] = []  # free tokens per row
+    where: list[tuple[int, int]] = [(0, 0)] * len(lengths)
+    for i in order:
+        n = lengths[i]
+        if n > row_len:
+            raise ValueError(f"segment of {n} tokens is longer than the row length {row_len}")
+        row = next((r for r, f in enumerate(free) if f >= n), None)
+        if row is None:
+            free.append(row_len)
+            row = len(free) - 1
+        where[i] = (row, row_len - free[row])
+        free[row] -= n
+    return where
+
+
+def build_batch(
+    episodes: list[Episode],
+    advantages: np.ndarray,
+    *,
+    view: View = "chat",
+    pad_id: int = 0,
+    buckets: tuple[int, ...] = DEFAULT_BUCKETS,
+    batch_divisor: int = 1,
+    packing: bool = True,
+    returns: np.ndarray | None = None,
+    values: np.ndarray | None = None,
+) -> PackedBatch:
+    """Pack `episodes` into fixed-shape TrainBatch arrays; see the module docstring for the layout.
+
+    With `returns` and `values` (critic), the arrays also hold `returns`, `values` and `value_mask`.
+    """
+    if batch_divisor < 1:
+        raise ValueError(f"batch_divisor must be >= 1, got {batch_divisor}")
+    if (returns is None) != (values is None):
+        raise ValueError("pass returns and values together (critic), or neither")
+    segments = episode_segments(episodes, advantages, view=view, returns=returns, values=values)
+    if not segments:
+        raise ValueError("no transitions to train on: every episode is empty")
+    lengths = [s.tokens.size for s in segments]
+    T = choose_length(max(lengths), buckets)
+    where = pack(lengths, T) if packing else [(i, 0) for i in range(len(segments))]
+    rows = max(r for r, _ in where) + 1
+    B = -(-rows // batch_divisor) * batch_divisor
+
+    tokens = np.full((B, T), pad_id, np.int32)
+    positions = np.zeros((B, T), np.int32)
+    segment_ids = np.zeros((B, T), np.int32)
+    out = {
+        "loss_mask": np.zeros((B, T), bool),
+        "advantages": np.zeros((B, T), np.float32),
+        "old_logprobs": np.zeros((B, T), np.float32),
+        "value_mask": np.zeros((B, T), bool),
+        "returns": np.zeros((B, T), np.float32),
+        "values": np.zeros((B, T), np.float32),
+    }
+    next_id = np.ones(B, np.int32)
+    # number segments left to right within each row
+    for i in sorted(range(len(segments)), key=lambda i: where[i]):
+        r, s = where[i]
+        seg, n = segments[i], lengths[i]
+        tokens[r, s : s + n] = seg.tokens
+        positions[r, s : s + n] = np.arange(n)
+        segment_ids[r, s : s + n] = next_id[r]
+        next_id[r] += 1
+        for name in out:
+            out[name][r, s : s + n] = getattr(seg, name)
+
+    arrays = {"tokens": tokens, "positions": positions, "segment_ids": segment_ids}
+    arrays |= {k: out[k] for k in ("loss_mask", "advantages", "old_logprobs")}
+    if returns is not None:
+        arrays |= {k: out[k] for k in ("returns", "values", "value_mask")}
+    real = int(sum(lengths))
+    metrics = {
+        "batch/rows": float(B),
+        "batch/row_len": float(T),
+        "batch/segments": float(len(segments)),
+        "batch/tokens": float(real),
+        "batch/loss_tokens": float(out["loss_mask"].sum()),
+        "batch/padding_frac": 1.0 - real / float(B * T),
+    }
+    placement = np.array([(r, s, n) for (r, s), n in zip(where, lengths)], np.int32).reshape(-1, 3)
+    return PackedBatch(arrays, placement, tuple(segments), metrics)
+
+
+def unpack(arrays: dict[str, np.ndarray], placement: np.ndarray, name: str = "tokens") -> list[np.ndarray]:
+    """Per-segment slices of `arrays[name]` (e.g. per-token outputs of the learner), in segment order."""
+    x = arrays[name]
+    return [x[r, s : s + n] for r, s, n in placement]

@@ -1,0 +1,120 @@
+"""Host records of collected experience: one `Transition` per turn, one `Episode` per finished episode.
+
+Token arrays are the exact ids the model was conditioned on (`prompt_ids`) and sampled (`action_ids`);
+`action_logprobs[i]` is log p(action_ids[i] | prompt, action_ids[:i]) under the sampling policy.
+In the chat-history view a turn's prompt extends the previous turn's prompt + action (+ the tokens
+`ChatFormat` appended: a closing token for a truncated action, then the observation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+def _ids(x: Any) -> np.ndarray:
+    return np.asarray(x, dtype=np.int32).reshape(-1)
+
+
+@dataclass
+class Transition:
+    """One turn: the prompt the model saw, the action it sampled, and the reward the env returned."""
+
+    episode_id: int
+    turn: int
+    prompt_ids: np.ndarray
+    action_ids: np.ndarray
+    action_logprobs: np.ndarray
+    reward: float = 0.0
+    value: float | None = None  # critic value at the last prompt token (PPO with a critic)
+    stopped: bool = True  # the action ended with a stop token (False: cut at the token limit)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.prompt_ids = _ids(self.prompt_ids)
+        self.action_ids = _ids(self.action_ids)
+        self.action_logprobs = np.asarray(self.action_logprobs, dtype=np.float32).reshape(-1)
+        if self.action_logprobs.shape != self.action_ids.shape:
+            raise ValueError(
+                f"transition {self.episode_id}/{self.turn}: {self.action_logprobs.size} action_logprobs for "
+                f"{self.action_ids.size} action_ids; the sampler returns one log-prob per sampled token"
+            )
+        if self.prompt_ids.size == 0:
+            raise ValueError(f"transition {self.episode_id}/{self.turn} has an empty prompt")
+        self.reward = float(self.reward)
+
+
+@dataclass
+class Episode:
+    """A finished episode. `truncated`: ended by the turn limit or a fault rather than by the game;
+    `fault`: the env failed (the pool's message), in which case the episode is usually dropped."""
+
+    episode_id: int
+    group_id: int
+    env_id: str
+    seed: int | None
+    transitions: list[Transition]
+    success: bool = False
+    truncated: bool = False
+    fault: str | None = None
+
+    def __post_init__(self) -> None:
+        for k, t in enumerate(self.transitions):
+            if t.episode_id != self.episode_id:
+                raise ValueError(f"episode {self.episode_id} holds transition {k} of episode {t.episode_id}")
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.transitions)
+
+    @property
+    def rewards(self) -> np.ndarray:
+        """f32[K] per-turn rewards."""
+        return np.array([t.reward for t in self.transitions], dtype=np.float32)
+
+    @property
+    def episode_return(self) -> float:
+        """Undiscounted sum of rewards (`return` is a Python keyword)."""
+        return float(self.rewards.sum())
+
+    @property
+    def num_action_tokens(self) -> int:
+        return int(sum(t.action_ids.size for t in self.transitions))
+
+
+def turn_arrays(
+    episodes: list[Episode], *, num_turns: int | None = None, num_rows: int | None = None
+) -> dict[str, np.ndarray]:
+    """Turn-level arrays for the advantage estimators: rewards f32[E, K], turn_mask bool[E, K],
+    group_ids i32[E], and values f32[E, K] when every transition has one.
+
+    `num_turns` / `num_rows` pad K / E to fixed sizes (padded entries are masked out) so the jitted
+    estimators compile once per shape.
+    """
+    E = len(episodes) if num_rows is None else num_rows
+    K = max((e.num_turns for e in episodes), default=0) if num_turns is None else num_turns
+    if len(episodes) > E:
+        raise ValueError(f"num_rows={num_rows} is smaller than the {len(episodes)} episodes given")
+    longest = max((e.num_turns for e in episodes), default=0)
+    if longest > K:
+        raise ValueError(f"num_turns={num_turns} is smaller than the longest episode ({longest} turns)")
+    rewards = np.zeros((E, K), np.float32)
+    mask = np.zeros((E, K), bool)
+    group_ids = np.full((E,), -1, np.int32)
+    has_values = bool(episodes) and all(t.value is not None for e in episodes for t in e.transitions)
+    values = np.zeros((E, K), np.float32)
+    for i, e in enumerate(episodes):
+        rewards[i, : e.num_turns] = e.rewards
+        mask[i, : e.num_turns] = True
+        group_ids[i] = e.group_id
+        if has_values:
+            values[i, : e.num_turns] = [t.value for t in e.transitions]
+    # padded rows get unique negative groups so they never join a real group
+    pad = np.arange(len(episodes), E)
+    group_ids[pad] = -1 - pad
+    out = {"rewards": rewards, "turn_mask": mask, "group_ids": group_ids}
+    if has_values:
+        out["values"] = values
+    return out

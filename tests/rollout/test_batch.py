@@ -1,0 +1,203 @@
+"""Episodes -> TrainBatch arrays: exact layout, packing round trips, alignment, bucket bounds."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jgem.rollout.batch import build_batch, choose_length, episode_segments, pack, unpack
+from jgem.rollout.episode import Episode, Transition, turn_arrays
+
+
+def two_episodes() -> list[Episode]:
+    a = Episode(
+        episode_id=0,
+        group_id=7,
+        env_id="game:GuessTheNumber-v0-easy",
+        seed=1,
+        transitions=[
+            Transition(0, 0, [1, 2, 3], [10, 11], [-0.1, -0.2], reward=0.0, value=0.5),
+            Transition(0, 1, [1, 2, 3, 10, 11, 4, 5], [12], [-0.3], reward=1.0, value=0.25),
+        ],
+        success=True,
+    )
+    b = Episode(1, 7, "game:GuessTheNumber-v0-easy", 2, [Transition(1, 0, [6, 7], [13, 14, 15], [-0.4, -0.5, -0.6])])
+    return [a, b]
+
+
+ADV = np.array([[1.0, 2.0], [3.0, 0.0]], np.float32)
+
+
+def test_episode_records():
+    a, b = two_episodes()
+    assert a.num_turns == 2 and a.episode_return == 1.0 and a.num_action_tokens == 3
+    np.testing.assert_array_equal(a.rewards, [0.0, 1.0])
+    assert a.transitions[0].prompt_ids.dtype == np.int32
+    with pytest.raises(ValueError, match="one log-prob per sampled token"):
+        Transition(0, 0, [1], [2, 3], [-1.0])
+    with pytest.raises(ValueError, match="holds transition 0 of episode 5"):
+        Episode(0, 0, "x", None, [Transition(5, 0, [1], [2], [-1.0])])
+
+
+def test_turn_arrays_pad_and_mask():
+    a, b = two_episodes()
+    t = turn_arrays([a, b], num_turns=3, num_rows=4)
+    np.testing.assert_array_equal(t["rewards"], [[0, 1, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(t["turn_mask"], [[1, 1, 0], [1, 0, 0], [0, 0, 0], [0, 0, 0]])
+    np.testing.assert_array_equal(t["group_ids"], [7, 7, -3, -4])
+    assert "values" not in t  # episode b has no critic values
+    assert "values" in turn_arrays([a])
+    with pytest.raises(ValueError, match="longest episode"):
+        turn_arrays([a], num_turns=1)
+
+
+def test_two_episodes_chat_view_exact_arrays():
+    p = build_batch(two_episodes(), ADV, view="chat", buckets=(16, 32), pad_id=99)
+    arr = p.arrays
+    assert set(arr) == {"tokens", "positions", "segment_ids", "loss_mask", "advantages", "old_logprobs"}
+    assert arr["tokens"].shape == (1, 16)
+    np.testing.assert_array_equal(arr["tokens"][0], [1, 2, 3, 10, 11, 4, 5, 12, 6, 7, 13, 14, 15, 99, 99, 99])
+    np.testing.assert_array_equal(arr["positions"][0], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 0, 0, 0])
+    np.testing.assert_array_equal(arr["segment_ids"][0], [1] * 8 + [2] * 5 + [0] * 3)
+    np.testing.assert_array_equal(arr["loss_mask"][0], [0, 0, 0, 1, 1, 0, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(arr["advantages"][0], [0, 0, 0, 1, 1, 0, 0, 2, 0, 0, 3, 3, 3, 0, 0, 0])
+    np.testing.assert_allclose(
+        arr["old_logprobs"][0], [0, 0, 0, -0.1, -0.2, 0, 0, -0.3, 0, 0, -0.4, -0.5, -0.6, 0, 0, 0], rtol=1e-6
+    )
+    assert arr["loss_mask"].dtype == bool and arr["tokens"].dtype == np.int32
+    assert p.metrics["batch/padding_frac"] == pytest.approx(3 / 16)
+    assert p.metrics["batch/loss_tokens"] == 6
+    np.testing.assert_array_equal(p.placement, [[0, 0, 8], [0, 8, 5]])
+
+
+def test_two_episodes_per_turn_view_exact_arrays_with_critic():
+    returns = np.array([[0.9, 1.0], [0.0, 0.0]], np.float32)
+    values = np.array([[0.5, 0.25], [0.1, 0.0]], np.float32)
+    p = build_batch(
+        two_episodes(), ADV, view="per_turn", buckets=(8, 16), batch_divisor=2, returns=returns, values=values
+    )
+    arr = p.arrays
+    # first-fit decreasing: the 8-token segment fills row 0; the two 5-token ones need a row each; 3 rows -> 4
+    assert arr["tokens"].shape == (4, 8)
+    np.testing.assert_array_equal(arr["tokens"][:, :], [
+        [1, 2, 3, 10, 11, 4, 5, 12],
+        [1, 2, 3, 10, 11, 0, 0, 0],
+        [6, 7, 13, 14, 15, 0, 0, 0],
+        [0] * 8,
+    ])  # fmt: skip
+    np.testing.assert_array_equal(arr["segment_ids"].max(axis=1), [1, 1, 1, 0])
+    np.testing.assert_array_equal(arr["loss_mask"][0], [0, 0, 0, 0, 0, 0, 0, 1])  # earlier turns are context only
+    np.testing.assert_array_equal(arr["advantages"][1], [0, 0, 0, 1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(arr["value_mask"][0], [0, 0, 0, 0, 0, 0, 1, 0])
+    np.testing.assert_array_equal(arr["value_mask"][1], [0, 0, 1, 0, 0, 0, 0, 0])
+    assert arr["returns"][0, 6] == pytest.approx(1.0) and arr["values"][0, 6] == pytest.approx(0.25)
+    assert arr["returns"][1, 2] == pytest.approx(0.9) and arr["values"][2, 1] == pytest.approx(0.1)
+    assert p.metrics["batch/padding_frac"] == pytest.approx(1 - 18 / 32)
+
+
+def test_chat_view_refuses_non_extending_prompts():
+    a, _ = two_episodes()
+    a.transitions[1].prompt_ids = np.array([9, 9, 9, 9, 9, 9], np.int32)
+    with pytest.raises(ValueError, match="view='per_turn'"):
+        build_batch([a], ADV[:1], view="chat")
+    build_batch([a], ADV[:1], view="per_turn")  # fine as per-turn prompts
+
+
+def test_errors():
+    eps = two_episodes()
+    with pytest.raises(ValueError, match="largest bucket 4"):
+        build_batch(eps, ADV, buckets=(4,))
+    with pytest.raises(ValueError, match="unknown view"):
+        build_batch(eps, ADV, view="rows")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="together"):
+        build_batch(eps, ADV, returns=ADV)
+    with pytest.raises(ValueError, match=r"\[E, K\]"):
+        build_batch(eps, ADV[:1])
+
+
+def test_choose_length_and_pack():
+    assert choose_length(100, (512, 128, 256)) == 128
+    assert choose_length(128, (128, 256)) == 128
+    where = pack([5, 3, 8, 2, 6], 8)
+    assert where == [(2, 0), (2, 5), (0, 0), (1, 6), (1, 0)]  # 8 | 6+2 | 5+3
+
+
+# -- properties -----------------------------------------------------------------------------------
+
+
+@st.composite
+def chat_episodes(draw):
+    """Episodes whose prompts extend each other like ChatFormat's stream."""
+    eps = []
+    for e in range(draw(st.integers(1, 5))):
+        stream = draw(st.lists(st.integers(1, 50), min_size=1, max_size=6))
+        trans = []
+        for k in range(draw(st.integers(1, 4))):
+            action = draw(st.lists(st.integers(51, 99), min_size=1, max_size=5))
+            lps = [-0.01 * (i + 1) - k for i in range(len(action))]
+            trans.append(Transition(e, k, list(stream), action, lps, reward=float(k)))
+            stream = stream + action + draw(st.lists(st.integers(1, 50), min_size=1, max_size=4))
+        eps.append(Episode(e, e // 2, "x", e, trans))
+    return eps
+
+
+@settings(max_examples=60, deadline=None)
+@given(eps=chat_episodes(), view=st.sampled_from(["chat", "per_turn"]), divisor=st.sampled_from([1, 2, 8]))
+def test_packing_round_trip_and_invariants(eps, view, divisor):
+    K = max(e.num_turns for e in eps)
+    adv = np.arange(len(eps) * K, dtype=np.float32).reshape(len(eps), K) + 1.0
+    buckets = (16, 32, 64)
+    p = build_batch(eps, adv, view=view, buckets=buckets, batch_divisor=divisor)
+    arr = p.arrays
+    B, T = arr["tokens"].shape
+    segs = episode_segments(eps, adv, view=view)
+    lengths = [s.tokens.size for s in segs]
+    assert B % divisor == 0 and min(b for b in buckets if b >= max(lengths)) == T
+    assert divisor + len(segs) > B  # never more rows than one per segment, plus divisor padding
+    # round trip: every segment comes back intact, in order
+    for name in ("tokens", "loss_mask", "advantages", "old_logprobs"):
+        for got, seg in zip(unpack(arr, p.placement, name), segs, strict=True):
+            np.testing.assert_array_equal(got, getattr(seg, name))
+    for r, s, n in p.placement:
+        np.testing.assert_array_equal(arr["positions"][r, s : s + n], np.arange(n))
+        assert len(set(arr["segment_ids"][r, s : s + n])) == 1 and arr["segment_ids"][r, s] > 0
+    assert (arr["segment_ids"] > 0).sum() == sum(lengths)
+    assert p.metrics["batch/padding_frac"] == pytest.approx(1 - sum(lengths) / (B * T))
+    # masks: only action tokens carry loss, advantages and old log-probs
+    mask = arr["loss_mask"]
+    assert not arr["advantages"][~mask].any() and not arr["old_logprobs"][~mask].any()
+    assert mask.sum() == sum(e.num_action_tokens for e in eps)
+    # every turn's advantage lands on exactly its own action tokens
+    expect = sorted(float(adv[e, k]) for e, ep in enumerate(eps) for k, t in enumerate(ep.transitions)
+                    for _ in t.action_ids)  # fmt: skip
+    assert sorted(arr["advantages"][mask].tolist()) == expect
+
+
+def _action_contexts(arr) -> Counter:
+    """(context before the token within its segment, token, advantage, old log-prob) for every loss token."""
+    out = Counter()
+    for r, t in zip(*np.nonzero(arr["loss_mask"])):
+        seg = arr["segment_ids"][r]
+        ctx = arr["tokens"][r, :t][seg[:t] == seg[t]]
+        out[
+            (tuple(ctx), int(arr["tokens"][r, t]), float(arr["advantages"][r, t]), float(arr["old_logprobs"][r, t]))
+        ] += 1
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(eps=chat_episodes())
+def test_chat_view_conditions_each_action_token_like_per_turn(eps):
+    """For a causal LM the loss of a token depends only on its segment's earlier tokens: the chat view
+    presents every action token with the same context, advantage and log-prob as the per-turn view,
+    so both views have the same loss and gradient."""
+    K = max(e.num_turns for e in eps)
+    adv = np.random.default_rng(0).normal(size=(len(eps), K)).astype(np.float32)
+    chat = build_batch(eps, adv, view="chat", buckets=(64,))
+    per_turn = build_batch(eps, adv, view="per_turn", buckets=(64,))
+    assert _action_contexts(chat.arrays) == _action_contexts(per_turn.arrays)
+    assert chat.metrics["batch/tokens"] <= per_turn.metrics["batch/tokens"]
