@@ -1,0 +1,102 @@
+"""Tower of Hanoi: GEM rules and rewards, optimal solver, robustness and cloning."""
+
+import pytest
+
+import jgem
+from jgem.envs.games.solvers import play, solver_for
+from jgem.envs.games.tower_of_hanoi import plan
+
+IDS = ["game:TowerofHanoi-v0-easy", "game:TowerofHanoi-v0-hard", "game:TowerofHanoi-v0-random"]
+BAD = [
+    "",
+    "x" * 1_000_000,
+    "河内塔 \\boxed{Ａ Ｃ} ✓",
+    "\\boxed{A",
+    "\\boxed{{{}",
+    "}}\\boxed{",
+    "\\boxed{A D}",
+    "\\boxed{}",
+]
+
+
+def test_scripted_moves_exact_rewards():
+    env = jgem.make(IDS[0])
+    obs, info = env.reset(seed=0)
+    assert "3 disks" in obs and "10 turns" in obs and "A: 3 2 1" in info["suffix"]
+
+    def step(a):
+        return env.step(a)[1:4]
+
+    assert step("\\boxed{B C}") == (0.0, False, False)  # empty source
+    assert step("\\boxed{a, c}") == (0.0, False, False)  # disk 1 to C (GEM accepts a comma and lower case)
+    assert step("\\boxed{A C}") == (0.0, False, False)  # disk 2 onto disk 1: illegal
+    assert env.board == {"A": [3, 2], "B": [], "C": [1]}
+    for move in ["A B", "C B", "A C", "B A", "B C"]:
+        assert step(f"\\boxed{{{move}}}") == (0.0, False, False)
+    obs, rew, term, trunc, info = env.step("thinking... \\boxed{C C} no, \\boxed{A C}")
+    assert (rew, term, trunc, info["success"]) == (1.0, True, False, True)
+    assert env.turn_count == 9
+
+
+def test_turn_limit_scores_disks_on_c():
+    env = jgem.make(IDS[0], max_turns=3)
+    env.reset(seed=0)
+    env.step("\\boxed{A C}")
+    env.step("\\boxed{A B}")
+    obs, rew, term, trunc, info = env.step("\\boxed{A A}")  # a no-op move is legal in GEM
+    assert (rew, term, trunc, info["success"]) == (pytest.approx(1 / 3), True, True, False)
+    env.reset(seed=0)
+    assert env.step("nothing")[1:4] == (-0.1, True, False)
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_solver_is_optimal_and_wins(env_id):
+    env = jgem.make(env_id)
+    seen = set()
+    for seed in range(12):
+        ret, turns, won = play(env, solver_for(env_id), seed=seed)
+        assert won and ret == 1.0 and turns == 2**env.num_disks - 1 <= env.max_turns
+        seen.add((env.num_disks, env.max_turns))
+    if env_id.endswith("random"):
+        assert seen == {(3, 10), (4, 20), (5, 35)}
+
+
+def test_plan_from_any_position():
+    assert plan({"A": [], "B": [2, 1], "C": [3]}) == [("B", "A"), ("B", "C"), ("A", "C")]
+    assert len(plan({"A": [5, 4, 3, 2, 1], "B": [], "C": []})) == 31
+    assert plan({"A": [], "B": [], "C": [2, 1]}) == []
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_bad_inputs_never_raise(env_id):
+    env = jgem.make(env_id, seed=0)
+    for action in BAD:
+        env.reset(seed=1)
+        obs, rew, term, trunc, info = env.step(action)
+        assert (rew, term, info["success"]) == (-0.1, True, False) and "suffix" in info
+
+
+def test_random_agent_and_clone():
+    env = jgem.make(IDS[2], seed=0)
+    for episode in range(20):
+        env.reset(seed=episode)
+        for _ in range(100):
+            obs, rew, term, trunc, info = env.step(env.sample_random_action())
+            assert 0.0 <= rew <= 1.0
+            if term:
+                assert isinstance(info["success"], bool)
+                break
+        assert term and env.turn_count <= env.max_turns
+    a = jgem.make(IDS[1])
+    a.reset(seed=4)
+    for _ in range(3):
+        a.step(a.sample_random_action())
+    b = jgem.make(IDS[1], seed=99)
+    b.set_state(a.get_state())
+    for _ in range(15):
+        act = a.sample_random_action()
+        assert act == b.sample_random_action()
+        assert a.step(act) == b.step(act)
+    a.board["A"].append(0)
+    assert b.board["A"][-1:] != [0]
+    assert a.reset() == b.reset()
