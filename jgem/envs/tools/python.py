@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from jgem.envs.tools.base import Tool, ToolResult
-from jgem.envs.tools.sandbox import Sandbox, SandboxConfig
+from jgem.envs.tools.sandbox import Sandbox, SandboxConfig, shared_sandbox
 
 _PATTERNS = (re.compile(r"<python>(.*?)</python>", re.DOTALL), re.compile(r"```\n?python(.*?)```", re.DOTALL))
 
@@ -27,7 +27,8 @@ def parse_python(action: str) -> str | None:
 
 
 class PythonTool(Tool):
-    """Runs the agent's Python in a Sandbox (created on first use, shared by env clones)."""
+    """Runs the agent's Python in a Sandbox: `sandbox` if given, else this process's shared one for
+    `config` (started on first use, so building envs stays cheap)."""
 
     name = "python"
 
@@ -35,7 +36,7 @@ class PythonTool(Tool):
         self,
         timeout: float = 5.0,
         config: SandboxConfig | None = None,
-        workers: int = 1,
+        workers: int = 2,
         sandbox: Sandbox | None = None,
         keep_error_last_line: bool = False,
     ) -> None:
@@ -48,9 +49,7 @@ class PythonTool(Tool):
     @property
     def sandbox(self) -> Sandbox:
         with self._lock:
-            if self._sandbox is None:
-                self._sandbox = Sandbox(self.config, workers=self.workers)
-            return self._sandbox
+            return self._sandbox if self._sandbox is not None else shared_sandbox(self.config, self.workers)
 
     def instruction(self) -> str:
         return (
@@ -72,13 +71,11 @@ class PythonTool(Tool):
         return ToolResult("Code execution result: " + text.lstrip(" \n") + "\n", ok=res.ok)
 
     def close(self) -> None:
-        with self._lock:
-            if self._sandbox is not None:
-                self._sandbox.close()
-                self._sandbox = None
+        # A given sandbox belongs to the caller and the shared one to the process (closed at exit).
+        return None
 
     def __getstate__(self) -> dict[str, Any]:
-        # Pickled into another process (a process-backed pool), the tool starts its own sandbox there.
+        # Pickled into another process (a process-backed pool), the tool uses that process's sandbox.
         return {**self.__dict__, "_sandbox": None, "_lock": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ Where the kernel or the user does not allow a layer, start-up says so (a warning
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import json
@@ -295,3 +296,26 @@ class Sandbox:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+_SHARED: dict[tuple[SandboxConfig, int], Sandbox] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_sandbox(config: SandboxConfig | None = None, workers: int = 2) -> Sandbox:
+    """One Sandbox per (config, workers) in this process, shared by every env and tool that asks."""
+    key = (config or SandboxConfig(), workers)
+    with _SHARED_LOCK:
+        sb = _SHARED.get(key)
+        if sb is None or sb._closed:
+            sb = _SHARED[key] = Sandbox(key[0], workers=workers)
+            if len(_SHARED) == 1:
+                atexit.register(_close_shared)
+        return sb
+
+
+def _close_shared() -> None:
+    with _SHARED_LOCK:
+        for sb in _SHARED.values():
+            sb.close()
+        _SHARED.clear()
