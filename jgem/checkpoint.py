@@ -1,0 +1,243 @@
+"""Checkpoints: orbax `CheckpointManager` over the device TrainState plus a JSON host state.
+
+Each step directory holds `state` (any pytree of jax arrays, saved asynchronously; sharded arrays
+restore onto the shardings of the target you pass) and `host` (JSON: step, curriculum stage,
+collector RNG state, env seed counters, metrics cursor, and the run config with its fingerprint).
+Orbax writes a step into a temporary directory and renames it only when complete, so a run killed
+mid-save never leaves a step that `latest_step` would pick up. Resuming under a different config
+is refused with the list of fields that differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import jax
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as ocm
+
+
+class ConfigMismatchError(ValueError):
+    """The checkpoint was written by a run with a different config."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Where and what to keep: the last `keep_last` steps plus the `keep_best` best by `best_metric`."""
+
+    directory: str
+    keep_last: int = 3
+    keep_best: int = 1
+    best_metric: str | None = None  # a key of the eval metrics passed to `save`, e.g. "eval/success"
+    best_mode: Literal["max", "min"] = "max"
+    async_save: bool = True
+
+    def __post_init__(self) -> None:
+        if self.keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1 (the latest step is needed to resume), got {self.keep_last}")
+        if self.keep_best < 0:
+            raise ValueError(f"keep_best must be >= 0, got {self.keep_best}")
+        if self.best_mode not in ("max", "min"):
+            raise ValueError(f"best_mode must be 'max' or 'min', got {self.best_mode!r}")
+
+
+@dataclass(frozen=True)
+class Restored:
+    step: int
+    state: Any
+    host: dict[str, Any]
+
+
+def _plain(x: Any) -> Any:
+    """A JSON-able view of a config value (dataclasses and tuples included)."""
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    if isinstance(x, enum.Enum):
+        return x.value
+    if x is None or isinstance(x, bool | int | str):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else repr(x)
+    return repr(x)
+
+
+def flatten_config(config: Any) -> dict[str, Any]:
+    """`{"model.num_layers": 2, ...}` for a (nested) dataclass or dict config."""
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, x: Any) -> None:
+        if isinstance(x, dict) and x:
+            for k, v in x.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = x
+
+    walk("", _plain(config))
+    return out
+
+
+def config_fingerprint(config: Any) -> str:
+    """sha256 of the canonical JSON of the config (16 hex digits)."""
+    blob = json.dumps(flatten_config(config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def config_diff(saved: dict[str, Any], current: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
+    """Fields that differ between two flattened configs, as readable lines; `ignore` holds field prefixes."""
+    lines = []
+    for key in sorted(set(saved) | set(current)):
+        if any(key == p or key.startswith(p + ".") for p in ignore):
+            continue
+        a, b = saved.get(key, "<missing>"), current.get(key, "<missing>")
+        if a != b:
+            lines.append(f"{key}: checkpoint={a!r} now={b!r}")
+    return lines
+
+
+class Checkpointer:
+    """Saves and restores (device state, host state) under `config.directory`.
+
+    `run_config` (a dataclass or dict) is stored with every step; restoring under a run_config that
+    differs outside `ignore_fields` (field-path prefixes like "logging") raises ConfigMismatchError.
+    """
+
+    def __init__(self, config: CheckpointConfig, *, run_config: Any = None, ignore_fields: tuple[str, ...] = ()):
+        self.config = config
+        self.run_config = flatten_config(run_config) if run_config is not None else {}
+        self.fingerprint = config_fingerprint(run_config) if run_config is not None else None
+        self.ignore_fields = tuple(ignore_fields)
+        policies: list[ocm.PreservationPolicy] = [ocm.LatestN(n=config.keep_last)]
+        best_fn = None
+        if config.best_metric is not None and config.keep_best > 0:
+            best_fn = self._metric
+            policies.append(
+                ocm.BestN(
+                    get_metric_fn=self._metric,
+                    reverse=config.best_mode == "min",
+                    n=config.keep_best,
+                    keep_checkpoints_without_metrics=False,
+                )
+            )
+        options = ocp.CheckpointManagerOptions(
+            preservation_policy=ocm.AnyPreservationPolicy(policies),
+            best_fn=best_fn,
+            best_mode=config.best_mode,
+            enable_async_checkpointing=config.async_save,
+            cleanup_tmp_directories=True,  # remove the leftovers of a save that was killed
+            create=True,
+        )
+        Path(config.directory).mkdir(parents=True, exist_ok=True)
+        self._manager = ocp.CheckpointManager(
+            Path(config.directory).resolve(), options=options, item_names=("state", "host")
+        )
+
+    def _metric(self, metrics: dict[str, Any]) -> float:
+        # Steps saved without the metric rank last in either mode.
+        worst = -math.inf if self.config.best_mode == "max" else math.inf
+        value = (metrics or {}).get(self.config.best_metric)
+        return worst if value is None else float(value)
+
+    # -- saving ------------------------------------------------------------------------------------
+
+    def save(
+        self,
+        step: int,
+        state: Any,
+        host: dict[str, Any] | None = None,
+        *,
+        metrics: dict[str, float] | None = None,
+        force: bool = False,
+    ) -> bool:
+        """Start saving `state` (returns once the arrays are copied; the write continues in the background)
+        and the JSON `host` state. `metrics` (e.g. eval results) rank steps for keep-best."""
+        host_doc = {
+            "step": int(step),
+            **(host or {}),
+            "config": self.run_config,
+            "config_fingerprint": self.fingerprint,
+        }
+        try:
+            json.dumps(host_doc)
+        except TypeError as e:
+            raise TypeError(f"host state must be JSON-serialisable ({e}); convert arrays with .tolist()") from e
+        metrics = {k: float(v) for k, v in metrics.items()} if metrics else None
+        return self._manager.save(
+            int(step),
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state), host=ocp.args.JsonSave(host_doc)),
+            metrics=metrics,
+            force=force,
+        )
+
+    def wait(self) -> None:
+        """Block until pending asynchronous saves are on disk."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- restoring ---------------------------------------------------------------------------------
+
+    def all_steps(self) -> list[int]:
+        self._manager.reload()
+        return sorted(self._manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        self._manager.reload()
+        return self._manager.latest_step()
+
+    def best_step(self) -> int | None:
+        if self.config.best_metric is None:
+            raise ValueError("best_step needs CheckpointConfig.best_metric (the eval metric to rank steps by)")
+        self._manager.reload()
+        return self._manager.best_step()
+
+    def restore(self, step: int, target: Any) -> Restored:
+        """Restore `step` into the structure, dtypes and shardings of `target` (arrays or ShapeDtypeStructs)."""
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+        out = self._manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), host=ocp.args.JsonRestore())
+        )
+        host = dict(out.host)
+        self.check_config(host, step)
+        return Restored(step=step, state=out.state, host=host)
+
+    def restore_latest(self, target: Any) -> Restored | None:
+        """The latest complete step, or None when there is none (a fresh run)."""
+        step = self.latest_step()
+        return None if step is None else self.restore(step, target)
+
+    def restore_best(self, target: Any) -> Restored | None:
+        step = self.best_step()
+        return None if step is None else self.restore(step, target)
+
+    def check_config(self, host: dict[str, Any], step: int | None = None) -> None:
+        """Refuse a checkpoint written under a different run config."""
+        if not self.run_config:
+            return
+        diff = config_diff(host.get("config") or {}, self.run_config, self.ignore_fields)
+        if diff:
+            where = f"step {step} in " if step is not None else ""
+            raise ConfigMismatchError(
+                f"checkpoint {where}{self.config.directory} was written with a different config:\n  "
+                + "\n  ".join(diff)
+                + "\nresume with the original config, start a new run directory, or list fields that may change "
+                "in ignore_fields"
+            )
