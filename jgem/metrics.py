@@ -1,0 +1,176 @@
+"""Metrics writers behind one `MetricsLogger`: console (rich), JSONL and TensorBoard (tensorboardX),
+plus `plot_curves` for learning-curve PNGs from the JSONL file.
+
+`log(step, {"name": value})` takes python or numpy/jax scalars; non-finite values are written as
+JSON `null` (the JSONL stays valid JSON) and skipped by TensorBoard and plots.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class Writer(Protocol):
+    def write(self, step: int, scalars: dict[str, float]) -> None: ...
+    def close(self) -> None: ...
+
+
+def _scalar(name: str, value: Any) -> float:
+    try:
+        arr = np.asarray(value)
+    except Exception as e:  # e.g. a jax array on a deleted buffer
+        raise TypeError(f"metric {name!r} is not convertible to a number: {e}") from e
+    if arr.size != 1 or arr.dtype.kind not in "biuf":
+        raise TypeError(f"metric {name!r} must be a real scalar, got {type(value).__name__} with shape {arr.shape}")
+    return float(arr.reshape(()))
+
+
+class JsonlWriter:
+    """One JSON object per line: {"step": ..., "time": ..., name: value, ...}; appends on resume."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        row = {"step": step, "time": round(time.time(), 3)}
+        row |= {k: (v if math.isfinite(v) else None) for k, v in scalars.items()}
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TensorBoardWriter:
+    def __init__(self, logdir: str | Path) -> None:
+        from tensorboardX import SummaryWriter  # imported lazily: a heavy import
+
+        self._writer = SummaryWriter(logdir=str(logdir))
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        for k, v in scalars.items():
+            if math.isfinite(v):
+                self._writer.add_scalar(k, v, global_step=step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class ConsoleWriter:
+    """A compact rich table row per log call; `keys` limits the columns (default: all)."""
+
+    def __init__(self, keys: Sequence[str] | None = None, console: Any = None) -> None:
+        from rich.console import Console
+
+        self.keys = tuple(keys) if keys else None
+        self.console = console or Console(stderr=True)
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        items = [(k, scalars[k]) for k in (self.keys or sorted(scalars)) if k in scalars]
+        text = "  ".join(f"[bold]{k}[/bold]={v:.4g}" for k, v in items)
+        self.console.print(f"[cyan]step {step:>6}[/cyan]  {text}", highlight=False)
+
+    def close(self) -> None:
+        pass
+
+
+class MetricsLogger:
+    """Fan-out to the enabled writers under `run_dir` (`metrics.jsonl`, `tb/`)."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        console: bool = True,
+        jsonl: bool = True,
+        tensorboard: bool = True,
+        console_keys: Sequence[str] | None = None,
+        console_every: int = 1,
+    ) -> None:
+        if console_every < 1:
+            raise ValueError(f"console_every must be >= 1, got {console_every}")
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.console_every = console_every
+        self.writers: list[Writer] = []
+        self._console: ConsoleWriter | None = ConsoleWriter(console_keys) if console else None
+        self.jsonl_path = self.run_dir / "metrics.jsonl"
+        if jsonl:
+            self.writers.append(JsonlWriter(self.jsonl_path))
+        if tensorboard:
+            self.writers.append(TensorBoardWriter(self.run_dir / "tb"))
+        self._closed = False
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if self._closed:
+            raise RuntimeError("MetricsLogger.log after close()")
+        scalars = {str(k): _scalar(str(k), v) for k, v in metrics.items()}
+        for w in self.writers:
+            w.write(int(step), scalars)
+        if self._console is not None and step % self.console_every == 0:
+            self._console.write(int(step), scalars)
+
+    def close(self) -> None:
+        if not self._closed:
+            for w in self.writers:
+                w.close()
+            self._closed = True
+
+    def __enter__(self) -> MetricsLogger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a metrics JSONL file; a torn last line (killed mid-write) is ignored."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def plot_curves(jsonl_path: str | Path, out_png: str | Path, keys: Sequence[str], *, title: str | None = None) -> Path:
+    """One subplot per key (value vs step) from a metrics JSONL file, saved as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_jsonl(jsonl_path)
+    if not keys:
+        raise ValueError("plot_curves needs at least one metric key")
+    missing = [k for k in keys if not any(r.get(k) is not None for r in rows)]
+    if missing:
+        present = sorted({k for r in rows for k in r} - {"step", "time"})
+        raise KeyError(f"no values for {missing} in {jsonl_path}; available: {present}")
+    fig, axes = plt.subplots(len(keys), 1, figsize=(6, 2.4 * len(keys)), squeeze=False, sharex=True)
+    for ax, key in zip(axes[:, 0], keys):
+        pts = sorted((r["step"], r[key]) for r in rows if r.get(key) is not None)
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, marker="." if len(xs) < 50 else None)
+        ax.set_ylabel(key)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("step")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
