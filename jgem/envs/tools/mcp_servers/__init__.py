@@ -1,0 +1,1 @@
+"""Small MCP servers shipped with jgem (used by the tests and examples)."""
