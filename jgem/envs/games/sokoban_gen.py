@@ -1,7 +1,7 @@
 """Sokoban levels and plans: GEM's random-walk rooms, reverse-play generation, and an A* push solver.
 
 Cells are flat indices `r * width + c`. A level is generated backwards: boxes start on their targets
-and the player walks and *pulls* them away (every pull undoes a legal push). A Dijkstra search over
+and the player walks and *pulls* them away (every pull undoes a legal push). A best-first search over
 pulls, bounded by the turn limit, keeps the state that scores best by GEM's measure (box switches x
 box displacement); replaying its pulls forwards is a solution, so every level is solvable within the
 turn limit. `solve` finds a shortest solution in player moves with A* over pushes.
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 WALL, FLOOR, TARGET = 0, 1, 2
+_ON_TARGET = 4  # search priority of a box still on its target, in moves
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 
 # GEM's room masks: floor cells carved around each step of the random walk.
@@ -66,6 +67,9 @@ class _Grid:
         self.targets = frozenset(i for i, v in enumerate(flat) if v == TARGET)
         # Border cells are walls, so a free cell's neighbours are always inside the grid.
         self.deltas = {name: dr * self.w + dc for name, (dr, dc) in MOVES.items()}
+        self.nbrs = [
+            [i + d for d in self.deltas.values() if self.free[i + d]] if self.free[i] else [] for i in range(len(flat))
+        ]
 
     def cell(self, rc: tuple[int, int]) -> int:
         return rc[0] * self.w + rc[1]
@@ -74,26 +78,35 @@ class _Grid:
         r, c = divmod(int(i), self.w)
         return r, c
 
-    def walk(self, start: int, boxes: frozenset[int] | set[int]) -> dict[int, tuple[int, int | None, str | None]]:
-        """BFS of the player: cell -> (distance, previous cell, move name)."""
-        seen: dict[int, tuple[int, int | None, str | None]] = {start: (0, None, None)}
+    def walk(self, start: int, boxes: frozenset[int] | set[int]) -> dict[int, int]:
+        """BFS of the player around the boxes: reachable cell -> distance in moves."""
+        dist = {start: 0}
         queue = deque([start])
+        nbrs = self.nbrs
         while queue:
             p = queue.popleft()
-            d = seen[p][0] + 1
+            d = dist[p] + 1
+            for q in nbrs[p]:
+                if q not in dist and q not in boxes:
+                    dist[q] = d
+                    queue.append(q)
+        return dist
+
+    def route(self, start: int, boxes: frozenset[int] | set[int], to: int) -> list[str]:
+        """Move names of a shortest walk from `start` to `to` around the boxes."""
+        prev: dict[int, tuple[int, str] | None] = {start: None}
+        queue = deque([start])
+        while queue and to not in prev:
+            p = queue.popleft()
             for name, delta in self.deltas.items():
                 q = p + delta
-                if self.free[q] and q not in boxes and q not in seen:
-                    seen[q] = (d, p, name)
+                if self.free[q] and q not in boxes and q not in prev:
+                    prev[q] = (p, name)
                     queue.append(q)
-        return seen
-
-    def path(self, seen: dict[int, tuple[int, int | None, str | None]], to: int) -> list[str]:
         moves: list[str] = []
-        while seen[to][1] is not None:
-            _, prev, name = seen[to]
+        while prev[to] is not None:
+            to, name = prev[to]
             moves.append(name)
-            to = prev
         return moves[::-1]
 
     def goal_distance(self) -> list[float]:
@@ -117,13 +130,18 @@ class _Grid:
 def _reverse_search(
     grid: _Grid, player: int, max_moves: int, max_states: int
 ) -> tuple[tuple[int, ...], int, int] | None:
-    """Pull boxes off their targets; returns (boxes, player, moves) of the best-scoring reachable state."""
+    """Pull boxes off their targets; returns (boxes, player, moves) of the best-scoring state found.
+
+    States are expanded cheapest first, with each box still on its target counted as `_ON_TARGET`
+    extra moves, so the search reaches all-boxes-off states within its budget. A state's moves are
+    those of the path that found it: an upper bound on its shortest solution.
+    """
     origin = tuple(sorted(grid.targets))
-    heap = [(0, 0, origin, player, 0, -1)]
+    heap = [(_ON_TARGET * len(origin), 0, 0, origin, player, 0, -1)]
     done: set[tuple[frozenset[int], int]] = set()
     best, best_score, tie = None, 0, 0
     while heap and len(done) < max_states:
-        cost, _, boxes, pl, swaps, last = heapq.heappop(heap)
+        _, _, cost, boxes, pl, swaps, last = heapq.heappop(heap)
         key = (frozenset(boxes), pl)
         if key in done:
             continue
@@ -134,7 +152,7 @@ def _reverse_search(
             if score > best_score:
                 best, best_score = (boxes, pl, cost), score
         occupied = set(boxes)
-        for p, (dp, _, _) in grid.walk(pl, occupied).items():
+        for p, dp in grid.walk(pl, occupied).items():
             if cost + dp + 1 > max_moves:
                 continue
             for delta in grid.deltas.values():
@@ -142,8 +160,10 @@ def _reverse_search(
                 if box in occupied and grid.free[to] and to not in occupied:
                     i = boxes.index(box)
                     nxt = boxes[:i] + (p,) + boxes[i + 1 :]
+                    ncost = cost + dp + 1
                     tie += 1
-                    heapq.heappush(heap, (cost + dp + 1, tie, nxt, to, swaps + (i != last), i))
+                    on = len(grid.targets.intersection(nxt))
+                    heapq.heappush(heap, (ncost + _ON_TARGET * on, tie, ncost, nxt, to, swaps + (i != last), i))
     return best
 
 
@@ -154,7 +174,7 @@ def generate_level(
     rng: np.random.Generator,
     *,
     num_steps: int | None = None,
-    max_states: int = 3000,
+    max_states: int = 1500,
     tries: int = 200,
 ) -> Level:
     """A level with `num_boxes` boxes, none on a target, solvable in at most `max_moves` moves."""
@@ -176,7 +196,7 @@ def generate_level(
             continue
         boxes, pl, cost = found
         # Start the player anywhere it could have walked to after its last pull, within the bound.
-        reach = [(p, d) for p, (d, _, _) in grid.walk(pl, set(boxes)).items() if cost + d <= max_moves]
+        reach = [(p, d) for p, d in grid.walk(pl, set(boxes)).items() if cost + d <= max_moves]
         start, extra = reach[int(rng.integers(len(reach)))]
         return Level(fixed, frozenset(grid.rc(b) for b in boxes), grid.rc(start), cost + extra)
     raise RuntimeError(
@@ -208,35 +228,35 @@ def solve(
 
     if h(start) == float("inf"):
         return None
-    parents: dict[tuple[frozenset[int], int], tuple[tuple[frozenset[int], int] | None, list[str]]] = {
-        (start, pl0): (None, [])
-    }
+    Key = tuple[frozenset[int], int]
+    parents: dict[Key, tuple[Key, int, str] | None] = {(start, pl0): None}
     best_cost = {(start, pl0): 0}
     heap = [(h(start), 0, 0, start, pl0)]
     tie = 0
     while heap and len(parents) < max_states:
         _, cost, _, bs, pl = heapq.heappop(heap)
         key = (bs, pl)
-        if cost > best_cost.get(key, cost):
+        if cost > best_cost[key]:
             continue
         if bs <= grid.targets:
             moves: list[str] = []
-            while key is not None:
-                key, seg = parents[key][0], parents[key][1]
-                moves[:0] = seg
+            while parents[key] is not None:
+                prev, stand, name = parents[key]
+                moves[:0] = grid.route(prev[1], prev[0], stand) + [name]
+                key = prev
             return moves
-        seen = grid.walk(pl, bs)
+        dist = grid.walk(pl, bs)
         for name, delta in grid.deltas.items():
             for b in bs:
                 stand, to = b - delta, b + delta
-                if stand not in seen or not grid.free[to] or to in bs or goal[to] == float("inf"):
+                if stand not in dist or not grid.free[to] or to in bs or goal[to] == float("inf"):
                     continue
                 nbs = (bs - {b}) | {to}
-                ncost = cost + seen[stand][0] + 1
+                ncost = cost + dist[stand] + 1
                 nkey = (nbs, b)
                 if ncost < best_cost.get(nkey, float("inf")):
                     best_cost[nkey] = ncost
-                    parents[nkey] = (key, grid.path(seen, stand) + [name])
+                    parents[nkey] = (key, stand, name)
                     tie += 1
                     heapq.heappush(heap, (ncost + h(nbs), ncost, tie, nbs, b))
     return None

@@ -1,0 +1,151 @@
+"""Sokoban: GEM rules and rewards, levels solvable within the limit, A* solver, robustness, cloning."""
+
+import random
+
+import numpy as np
+import pytest
+
+import jgem
+from jgem.envs.games.sokoban_gen import FLOOR, TARGET, WALL, solve
+from jgem.envs.games.solvers import solver_for
+
+IDS = ["game:Sokoban-v0-easy", "game:Sokoban-v0-hard", "game:Sokoban-v0-random"]
+BAD = ["", "x" * 1_000_000, "倉庫番 \\boxed{上} ✓", "\\boxed{up", "\\boxed{{{}", "}}\\boxed{", "\\boxed{north}", "up"]
+
+# A 5x7 room: one corridor row with a goal at its east end.
+ROOM = np.array(
+    [
+        [0, 0, 0, 0, 0, 0, 0],
+        [0, 1, 1, 1, 1, 1, 0],
+        [0, 1, 1, 1, 1, 2, 0],
+        [0, 1, 1, 1, 1, 1, 0],
+        [0, 0, 0, 0, 0, 0, 0],
+    ]
+)
+
+
+def _room_env(boxes, player, num_boxes=1, max_turns=20):
+    env = jgem.make(IDS[0], dim_room=(5, 7), num_boxes=num_boxes, max_turns=max_turns)
+    env.reset(seed=0)
+    env.room_fixed, env.boxes, env.player = ROOM.copy(), set(boxes), player
+    return env
+
+
+def test_scripted_moves_exact_rewards():
+    env = _room_env({(2, 3)}, (2, 2))
+    assert env.render().splitlines()[2] == "# _ P X _ O #"
+
+    def step(a):
+        return env.step(a)[1:4]
+
+    assert step("\\boxed{Right}") == (0.0, False, False) and env.boxes == {(2, 4)} and env.player == (2, 3)
+    assert step("\\boxed{up}") == (0.0, False, False) and env.player == (1, 3)
+    assert step("\\boxed{up}") == (0.0, False, False) and env.player == (1, 3)  # wall
+    assert step("\\boxed{down}") == (0.0, False, False) and env.player == (2, 3)
+    obs, rew, term, trunc, info = env.step("\\boxed{left} no wait \\boxed{right}")
+    assert (rew, term, trunc, info["success"]) == (1.0, True, False, True) and env.boxes == {(2, 5)}
+    assert "√" in info["suffix"] and env.turn_count == 5
+
+
+def test_blocked_pushes_and_player_on_goal():
+    env = _room_env({(2, 3), (2, 4)}, (2, 2), num_boxes=2)
+    assert env.step("\\boxed{right}")[1:4] == (0.0, False, False)  # box into box
+    assert env.boxes == {(2, 3), (2, 4)} and env.player == (2, 2)
+    env = _room_env({(1, 5)}, (2, 5))
+    assert env.render().splitlines()[2].endswith("S #")  # the player stands on the goal
+    assert env.step("\\boxed{up}")[1:4] == (0.0, False, False)  # box into the wall
+    assert env.boxes == {(1, 5)} and env.player == (2, 5)
+
+
+def test_turn_limit_partial_reward_and_format_error():
+    env = _room_env({(2, 5), (1, 2)}, (3, 3), num_boxes=2, max_turns=2)
+    assert env.step("\\boxed{left}")[1:4] == (0.0, False, False)
+    obs, rew, term, trunc, info = env.step("\\boxed{left}")
+    assert (rew, term, trunc, info["success"]) == (0.5, True, True, False)
+    env = _room_env({(2, 3)}, (2, 2))
+    assert env.step("push it right")[1:4] == (-0.1, True, False)
+
+
+def test_solve_is_shortest():
+    assert solve(ROOM, {(2, 3)}, (2, 2)) == ["right", "right"]
+    around = solve(ROOM, {(2, 3)}, (2, 4))  # walk round the box (4 moves), then push twice
+    assert len(around) == 6 and around[-2:] == ["right", "right"]
+    env = _room_env({(2, 3)}, (2, 4))
+    results = [env.step(f"\\boxed{{{m}}}") for m in around]
+    assert results[-1][1:4] == (1.0, True, False) and all(r[1:4] == (0.0, False, False) for r in results[:-1])
+    assert solve(ROOM, {(1, 1)}, (2, 2)) is None  # box stuck in a corner without a goal
+
+
+@pytest.mark.parametrize("env_id,seeds", [(IDS[0], 40), (IDS[1], 5), (IDS[2], 6)])
+def test_levels_are_valid_and_solver_wins_within_the_limit(env_id, seeds):
+    env = jgem.make(env_id)
+    shapes = set()
+    for seed in range(seeds):
+        obs, info = env.reset(seed=seed)
+        fixed = env.room_fixed
+        shapes.add((fixed.shape, env.num_boxes, env.max_turns))
+        assert (fixed[0] == WALL).all() and (fixed[-1] == WALL).all() and (fixed[:, 0] == WALL).all()
+        assert len(env.boxes) == env.num_boxes == int((fixed == TARGET).sum())
+        assert all(fixed[b] == FLOOR for b in env.boxes) and env.player not in env.boxes
+        assert fixed[env.player] != WALL and env.boxes_on_targets() == 0
+        solver = solver_for(env_id)
+        solver.reset(obs, info, env)
+        ret, turns, term = 0.0, 0, False
+        while not term:
+            obs, rew, term, trunc, info = env.step(solver.act(obs, info, env))
+            ret, turns = ret + rew, turns + 1
+        assert info["success"] and ret == 1.0 and turns <= env.max_turns
+    expected = {
+        IDS[0]: {((6, 6), 2, 20)},
+        IDS[1]: {((8, 8), 4, 50)},
+        IDS[2]: {((6, 6), 2, 20), ((8, 8), 5, 50)},
+    }[env_id]
+    assert shapes == expected
+
+
+def test_reset_is_reproducible_and_leaves_global_rng_alone():
+    random.seed(3)
+    np.random.seed(3)
+    before = (random.getstate(), np.random.get_state()[1].copy())
+    a, b = jgem.make(IDS[1]), jgem.make(IDS[1])
+    layouts = set()
+    for seed in range(3):
+        assert a.reset(seed=seed) == b.reset(seed=seed)
+        assert a.render() == b.render()
+        layouts.add(a.render())
+    assert len(layouts) == 3
+    assert random.getstate() == before[0] and (np.random.get_state()[1] == before[1]).all()
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_bad_inputs_never_raise(env_id):
+    env = jgem.make(env_id, seed=0)
+    start = env.get_state()
+    for action in BAD:
+        env.set_state(start)
+        obs, rew, term, trunc, info = env.step(action)
+        assert (rew, term, info["success"]) == (-0.1, True, False) and "suffix" in info
+
+
+def test_random_agent_and_clone():
+    env = jgem.make(IDS[2], seed=0)
+    for episode in range(6):
+        env.reset(seed=episode)
+        for _ in range(100):
+            obs, rew, term, trunc, info = env.step(env.sample_random_action())
+            assert 0.0 <= rew <= 1.0
+            if term:
+                assert isinstance(info["success"], bool)
+                break
+        assert term
+    a = jgem.make(IDS[0])
+    a.reset(seed=2)
+    for _ in range(3):
+        a.step(a.sample_random_action())
+    b = jgem.make(IDS[0], seed=5)
+    b.set_state(a.get_state())
+    for _ in range(17):
+        act = a.sample_random_action()
+        assert act == b.sample_random_action()
+        assert a.step(act) == b.step(act)
+    assert a.reset() == b.reset() and a.render() == b.render()
