@@ -102,10 +102,13 @@ def fault_result(env_id: int, kind: str, reason: str, is_reset: bool) -> Result:
 
 
 def run_command(env: Env, env_id: int, kind: str, arg: Any) -> Result:
-    """Run one step or reset on `env`; exceptions propagate (the caller turns them into faults)."""
+    """Run one step or reset on `env`; exceptions propagate (the caller turns them into faults).
+
+    Values are passed through as the env returned them; `StepBatch` converts them once per batch.
+    """
     if kind == "step":
         obs, reward, terminated, truncated, info = env.step(arg)
-        return (env_id, obs, float(reward), bool(terminated), bool(truncated), info, False)
+        return (env_id, obs, reward, terminated, truncated, info, False)
     obs, info = env.reset(seed=arg)
     return (env_id, obs, 0.0, False, False, info, True)
 
@@ -150,8 +153,9 @@ class _InlineBackend:
             return fault_result(i, "exception", describe(e), kind == "reset")
 
     def poll(self, ready: dict[int, Result], want: int, wait: float | None) -> None:
+        run = self._run
         for i in list(islice(self.pending, want)):
-            ready[i] = self._run(i)
+            ready[i] = run(i)
 
     def poll_ids(self, ready: dict[int, Result], env_ids: Sequence[int]) -> None:
         for i in env_ids:
@@ -464,10 +468,10 @@ class EnvPool:
 
     def _check_ids(self, env_ids: Sequence[int], what: str) -> list[int]:
         self._check_open()
-        ids = [int(i) for i in env_ids]
-        for i in ids:
-            if not 0 <= i < self.num_envs:
-                raise ValueError(f"{what}: unknown env id {i}; valid ids are 0..{self.num_envs - 1}")
+        ids = list(map(int, env_ids))
+        if ids and (min(ids) < 0 or max(ids) >= self.num_envs):
+            bad = next(i for i in ids if not 0 <= i < self.num_envs)
+            raise ValueError(f"{what}: unknown env id {bad}; valid ids are 0..{self.num_envs - 1}")
         if len(set(ids)) != len(ids):
             raise ValueError(f"{what}: env ids repeat in {ids}; each env takes one command at a time")
         return ids
