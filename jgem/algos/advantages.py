@@ -1,0 +1,155 @@
+"""Advantage estimators behind a small registry (pure jnp over turn-level `[E, K]` arrays).
+
+Every estimator has the signature `fn(rewards[E, K], turn_mask[E, K], **options) -> Advantages` and ignores the
+options it does not use. Statistics are reductions over the full (possibly sharded, multi-process) arrays inside
+jit, so ReBN's batch mean and std are global. Formulas and guidance: docs/algorithms.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jgem.algos.returns import discounted_returns, gae
+
+
+@struct.dataclass
+class Advantages:
+    """advantages f32[E, K] and returns f32[E, K] (critic targets for gae, G_t otherwise); 0 on masked turns."""
+
+    advantages: jax.Array
+    returns: jax.Array
+
+
+AdvantageFn = Callable[..., Advantages]
+ADVANTAGES: dict[str, AdvantageFn] = {}
+
+
+def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    def deco(fn: AdvantageFn) -> AdvantageFn:
+        ADVANTAGES[name] = fn
+        return fn
+
+    return deco
+
+
+def get_advantage_fn(name: str) -> AdvantageFn:
+    if name not in ADVANTAGES:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ADVANTAGES)}")
+    return ADVANTAGES[name]
+
+
+def masked_mean_std(x: jax.Array, mask: jax.Array, ddof: int = 0) -> tuple[jax.Array, jax.Array]:
+    """Mean and std of x over mask (all axes); std is 0 when fewer than ddof + 1 entries are valid."""
+    m = mask.astype(jnp.float32)
+    n = m.sum()
+    mean = (x * m).sum() / jnp.maximum(n, 1.0)
+    var = (jnp.square(x - mean) * m).sum() / jnp.maximum(n - ddof, 1.0)
+    return mean, jnp.where(n > ddof, jnp.sqrt(var), 0.0)
+
+
+def _group_stats(values: jax.Array, valid: jax.Array, group_ids: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Per-episode group sum, count and sum of squares over valid episodes. values/valid/group_ids: [E]."""
+    E = values.shape[0]
+    # group ids may be any int32; map them to 0..E-1 so segment sums have a static size
+    _, inv = jnp.unique(group_ids, size=E, fill_value=jnp.iinfo(jnp.int32).max, return_inverse=True)
+    inv = inv.reshape(E)
+    w = valid.astype(jnp.float32)
+    s = jax.ops.segment_sum(values * w, inv, num_segments=E)[inv]
+    n = jax.ops.segment_sum(w, inv, num_segments=E)[inv]
+    ss = jax.ops.segment_sum(jnp.square(values) * w, inv, num_segments=E)[inv]
+    return s, n, ss
+
+
+def _episode_returns(rewards, turn_mask, gamma):
+    g = discounted_returns(rewards, turn_mask, gamma)
+    return g, g[:, 0], turn_mask.any(axis=1)
+
+
+def _require(name: str, **arrays) -> None:
+    for k, v in arrays.items():
+        if v is None:
+            raise ValueError(f"advantage estimator {name!r} needs {k}=...; pass it (shape [E] or [E, K])")
+
+
+@register_advantage("reinforce")
+def reinforce(rewards, turn_mask, *, gamma: float = 1.0, **_) -> Advantages:
+    """A_t = G_t."""
+    g = discounted_returns(rewards, turn_mask, gamma)
+    return Advantages(g, g)
+
+
+@register_advantage("rebn")
+def rebn(rewards, turn_mask, *, gamma: float = 1.0, eps: float = 1e-6, **_) -> Advantages:
+    """Return Batch Normalisation: A_t = (G_t - mean G) / (std G + eps) over every real turn in the batch."""
+    g = discounted_returns(rewards, turn_mask, gamma)
+    mean, std = masked_mean_std(g, turn_mask)
+    return Advantages(jnp.where(turn_mask, (g - mean) / (std + eps), 0.0), g)
+
+
+def _grouped(name, rewards, turn_mask, group_ids, gamma, eps, mode) -> Advantages:
+    _require(name, group_ids=group_ids)
+    g, ret, valid = _episode_returns(rewards, turn_mask, gamma)
+    s, n, ss = _group_stats(ret, valid, group_ids)
+    mean = s / jnp.maximum(n, 1.0)
+    if mode == "grpo":  # unbiased std as in DeepSeekMath / TRL; 0 for groups of one
+        var = jnp.maximum(ss - n * jnp.square(mean), 0.0) / jnp.maximum(n - 1.0, 1.0)
+        a = (ret - mean) / (jnp.where(n > 1, jnp.sqrt(var), 0.0) + eps)
+    elif mode == "drgrpo":
+        a = ret - mean
+    else:  # rloo: baseline is the mean of the other n-1 episodes; 0 for groups of one
+        a = jnp.where(n > 1, (ret - (s - ret) / jnp.maximum(n - 1.0, 1.0)), 0.0)
+    a = jnp.where(valid, a, 0.0)
+    return Advantages(jnp.where(turn_mask, a[:, None], 0.0), g)
+
+
+@register_advantage("grpo")
+def grpo(rewards, turn_mask, *, group_ids=None, gamma: float = 1.0, eps: float = 1e-6, **_) -> Advantages:
+    """A = (R - mean_group R) / (std_group R + eps) with R = G_0, shared by every turn of the episode."""
+    return _grouped("grpo", rewards, turn_mask, group_ids, gamma, eps, "grpo")
+
+
+@register_advantage("drgrpo")
+def drgrpo(rewards, turn_mask, *, group_ids=None, gamma: float = 1.0, **_) -> Advantages:
+    """Dr. GRPO: A = R - mean_group R (no std division), shared by every turn."""
+    return _grouped("drgrpo", rewards, turn_mask, group_ids, gamma, 0.0, "drgrpo")
+
+
+@register_advantage("rloo")
+def rloo(rewards, turn_mask, *, group_ids=None, gamma: float = 1.0, **_) -> Advantages:
+    """RLOO: A = R - mean of the other episodes' R in the group, shared by every turn."""
+    return _grouped("rloo", rewards, turn_mask, group_ids, gamma, 0.0, "rloo")
+
+
+@register_advantage("reinforce_pp")
+def reinforce_pp(rewards, turn_mask, *, kl=None, kl_coef: float = 0.0, gamma: float = 1.0, eps: float = 1e-6,
+                 **_) -> Advantages:
+    """REINFORCE++: rewards shaped by a KL penalty, discounted, then globally normalised.
+
+    kl f32[E, K] is each turn's summed token KL log pi_old - log pi_ref (None: no penalty);
+    r'_t = r_t - kl_coef * kl_t, G'_t its discounted return, A_t = (G'_t - mean G') / (std G' + eps).
+    """
+    shaped = rewards if kl is None else rewards - kl_coef * kl
+    g = discounted_returns(shaped, turn_mask, gamma)
+    mean, std = masked_mean_std(g, turn_mask)
+    return Advantages(jnp.where(turn_mask, (g - mean) / (std + eps), 0.0), g)
+
+
+@register_advantage("gae")
+def gae_advantages(rewards, turn_mask, *, values=None, gamma: float = 1.0, lam: float = 0.95,
+                   bootstrap_values=None, normalize: bool = False, eps: float = 1e-6, **_) -> Advantages:
+    """Turn-level GAE with critic values[E, K] (value at the last prompt token of each turn); returns = A + V."""
+    _require("gae", values=values)
+    adv, ret = gae(rewards, values, turn_mask, gamma, lam, bootstrap_values)
+    if normalize:
+        mean, std = masked_mean_std(adv, turn_mask)
+        adv = jnp.where(turn_mask, (adv - mean) / (std + eps), 0.0)
+    return Advantages(adv, ret)
+
+
+def compute_advantages(name: str, rewards: jax.Array, turn_mask: jax.Array, **options) -> Advantages:
+    """Look up `name` and run it (call under jax.jit with static name for a compiled version)."""
+    return get_advantage_fn(name)(rewards, turn_mask, **options)

@@ -1,0 +1,338 @@
+"""The learner: `TrainState` and one jitted, sharded, donated `update(state, batch) -> (state, metrics)`.
+
+Inside one call: `epochs` passes over the batch, each split into `minibatches` optimizer steps, each step
+accumulating gradients over micro-batches with `lax.scan`. Losses are (sum, denominator) pairs, so the
+accumulated gradient equals the full-minibatch gradient whatever the micro-batch size or device count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx, struct
+from jax.sharding import Mesh, NamedSharding
+
+from jgem.algos import losses
+from jgem.algos.types import TrainBatch
+from jgem.sharding.rules import DEFAULT_RULES, Rules, batch_spec, check_batch_size, constrain_tree, shard_tree
+
+POLICY_LOSSES = ("ppo", "reinforce")
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Optimisation and loss options; hashable, so it rides in TrainState as static data."""
+
+    policy_loss: str = "ppo"  # ppo: clipped importance ratio; reinforce: -A log pi
+    lr: float = 1e-6
+    schedule: str = "constant"  # constant | cosine | linear (decay after warmup to lr * min_lr_ratio)
+    warmup_steps: int = 0
+    decay_steps: int = 1000  # optimizer steps of the decay (cosine, linear)
+    min_lr_ratio: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.0  # decoupled (AdamW), on matrices only
+    max_grad_norm: float | None = 1.0
+    clip_low: float = 0.2
+    clip_high: float | None = None  # None: = clip_low; larger values are DAPO's clip-higher
+    dual_clip: float | None = None
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    aggregation: str = "token_mean"  # token_mean | seq_mean_token_mean | token_sum_norm
+    loss_norm_constant: float | None = None  # token_sum_norm's constant (default T)
+    epochs: int = 1
+    minibatches: int = 1
+    micro_batch_size: int | None = None  # rows per gradient-accumulation step; None: the whole minibatch
+    shuffle: bool = True  # reshuffle rows between minibatches each epoch (only when minibatches > 1)
+    # critic (PPO with GAE); used only when the TrainState has critic params
+    critic_lr: float = 1e-5
+    critic_max_grad_norm: float | None = 1.0
+    value_clip: float | None = 0.2
+
+    def __post_init__(self):
+        checks = [
+            (self.policy_loss in POLICY_LOSSES, f"policy_loss {self.policy_loss!r}; choose one of {POLICY_LOSSES}"),
+            (self.schedule in SCHEDULES, f"schedule {self.schedule!r}; choose one of {SCHEDULES}"),
+            (self.aggregation in losses.AGGREGATIONS,
+             f"aggregation {self.aggregation!r}; choose one of {losses.AGGREGATIONS}"),
+            (self.kl_estimator in losses.KL_ESTIMATORS,
+             f"kl_estimator {self.kl_estimator!r}; choose one of {losses.KL_ESTIMATORS}"),
+            (self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1"),
+            (self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size must be >= 1 or None"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"LearnerConfig: {msg}")
+
+
+class TrainState(struct.PyTreeNode):
+    """Device state of the learner; graphdefs, config and mesh are static (part of the tree structure)."""
+
+    step: jax.Array  # number of `update` calls
+    params: Any  # nnx.State of the policy's Params
+    opt_state: Any
+    rng: jax.Array
+    model_state: Any = None  # the policy's non-Param variables (not trained)
+    critic_params: Any = None
+    critic_opt_state: Any = None
+    critic_state: Any = None
+    graphdef: Any = struct.field(pytree_node=False, default=None)
+    critic_graphdef: Any = struct.field(pytree_node=False, default=None)
+    cfg: LearnerConfig = struct.field(pytree_node=False, default=LearnerConfig())
+    mesh: Mesh | None = struct.field(pytree_node=False, default=None)
+    rules: Rules = struct.field(pytree_node=False, default=DEFAULT_RULES)
+
+    def model(self) -> nnx.Module:
+        """The policy as an nnx module (for sampling and evaluation)."""
+        return nnx.merge(self.graphdef, self.params, self.model_state)
+
+
+def make_schedule(cfg: LearnerConfig, lr: float) -> optax.Schedule:
+    if cfg.schedule == "cosine":
+        return optax.warmup_cosine_decay_schedule(0.0, lr, cfg.warmup_steps, cfg.warmup_steps + cfg.decay_steps,
+                                                  end_value=lr * cfg.min_lr_ratio)
+    if cfg.schedule == "linear":
+        decay = optax.linear_schedule(lr, lr * cfg.min_lr_ratio, cfg.decay_steps)
+    else:
+        decay = optax.constant_schedule(lr)
+    if cfg.warmup_steps == 0:
+        return decay
+    return optax.join_schedules([optax.linear_schedule(0.0, lr, cfg.warmup_steps), decay], [cfg.warmup_steps])
+
+
+def make_optimizer(cfg: LearnerConfig, *, critic: bool = False) -> optax.GradientTransformation:
+    """AdamW (decay on >= 2-d params only) behind global-norm clipping."""
+    lr, max_norm = (cfg.critic_lr, cfg.critic_max_grad_norm) if critic else (cfg.lr, cfg.max_grad_norm)
+    adamw = optax.adamw(make_schedule(cfg, lr), b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps,
+                        weight_decay=cfg.weight_decay, mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
+    return adamw if max_norm is None else optax.chain(optax.clip_by_global_norm(max_norm), adamw)
+
+
+def init_train_state(
+    model: nnx.Module,
+    cfg: LearnerConfig,
+    mesh: Mesh | None = None,
+    *,
+    critic: nnx.Module | None = None,
+    seed: int = 0,
+    rules: Rules = DEFAULT_RULES,
+) -> TrainState:
+    """Split `model` (and the optional `critic`) into params and build optimizer states, placed on `mesh`."""
+    graphdef, params, model_state = nnx.split(model, nnx.Param, ...)
+    critic_graphdef = critic_params = critic_state = critic_opt = None
+    place = (lambda t: t) if mesh is None else (lambda t: shard_tree(t, mesh, rules))
+    params, model_state = place(params), place(model_state)
+    opt_state = place(make_optimizer(cfg).init(params))
+    if critic is not None:
+        critic_graphdef, critic_params, critic_state = nnx.split(critic, nnx.Param, ...)
+        critic_params, critic_state = place(critic_params), place(critic_state)
+        critic_opt = place(make_optimizer(cfg, critic=True).init(critic_params))
+    rng = jax.random.key_data(jax.random.key(seed))
+    step = jnp.zeros((), jnp.int32)
+    if mesh is not None:  # replicated, as update returns them: the second call must not recompile
+        rng, step = jax.device_put((rng, step), NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    return TrainState(step=step, params=params, opt_state=opt_state, rng=rng,
+                      model_state=model_state, critic_params=critic_params, critic_opt_state=critic_opt,
+                      critic_state=critic_state, graphdef=graphdef, critic_graphdef=critic_graphdef, cfg=cfg,
+                      mesh=mesh, rules=rules)
+
+
+# ----------------------------------------------------------------------------- forward passes
+
+
+def token_logprobs(model: nnx.Module, tokens: jax.Array, positions: jax.Array,
+                   segment_ids: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+    """(logprobs f32[B, T], entropy f32[B, T]): column t scores tokens[:, t] given tokens[:, <t]; column 0 is 0."""
+    logits, _ = model(tokens, positions, segment_ids=segment_ids)
+    logp_all = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    lp = jnp.take_along_axis(logp_all, tokens[:, 1:, None], axis=-1)[..., 0]
+    ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+    pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
+    return jnp.concatenate([pad, lp], axis=1), jnp.concatenate([pad, ent], axis=1)
+
+
+def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerConfig):
+    """Micro-batch policy loss: (loss sum, (denominator, metric sums)). Differentiable in params."""
+    model = nnx.merge(graphdef, params, model_state)
+    logp, entropy = token_logprobs(model, batch.tokens, batch.positions, batch.segment_ids)
+    mask = batch.loss_mask
+    if cfg.policy_loss == "ppo":
+        per_token, clipped = losses.ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, clip_low=cfg.clip_low,
+                                                  clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
+    else:
+        per_token, clipped = losses.reinforce_loss(logp, batch.advantages), jnp.zeros_like(mask)
+    kl = jnp.zeros_like(logp)
+    if cfg.kl_coef:
+        if batch.ref_logprobs is None:
+            raise ValueError("kl_coef > 0 needs TrainBatch.ref_logprobs (reference-policy logprobs); pass them")
+        kl = losses.kl_penalty(logp, batch.ref_logprobs, cfg.kl_estimator)
+    total = per_token + cfg.kl_coef * kl - cfg.entropy_coef * entropy
+    loss_sum, denom = losses.aggregate(total, mask, batch.segment_ids, cfg.aggregation, cfg.loss_norm_constant)
+    m = mask.astype(jnp.float32)
+    sg = jax.lax.stop_gradient
+    metric_sums = {
+        "pg_loss": sg(per_token * m).sum(), "entropy": sg(entropy * m).sum(), "kl": sg(kl * m).sum(),
+        "clip_frac": (clipped * m).sum(), "ratio": sg(jnp.exp(logp - batch.old_logprobs) * m).sum(),
+        "tokens": m.sum(), "loss": sg(loss_sum),
+    }
+    return loss_sum, (denom, metric_sums)
+
+
+def critic_loss(params, critic_state, graphdef, batch: TrainBatch, cfg: LearnerConfig):
+    """Micro-batch value loss at value positions: (sum, (denominator, metric sums))."""
+    critic = nnx.merge(graphdef, params, critic_state)
+    h, _ = critic.hidden(batch.tokens, batch.positions, segment_ids=batch.segment_ids)
+    v = critic.value(h)
+    per = losses.value_loss(v, batch.returns, batch.values, cfg.value_clip)
+    s, d = losses.aggregate(per, batch.value_mask)
+    return s, (d, {"value_loss": jax.lax.stop_gradient(s), "value_tokens": d})
+
+
+# ----------------------------------------------------------------------------- the update
+
+
+def _micro_layout(batch: TrainBatch, cfg: LearnerConfig, mesh: Mesh | None) -> tuple[int, int, int]:
+    """(minibatches M, micro-batches per minibatch n, rows per micro-batch r) with checks naming the fix."""
+    B = batch.tokens.shape[0]
+    M = cfg.minibatches
+    if B % M:
+        raise ValueError(f"batch of {B} rows is not divisible into minibatches={M}; use a batch multiple of {M}")
+    mb = B // M
+    r = cfg.micro_batch_size or mb
+    if mb % r:
+        raise ValueError(f"minibatch of {mb} rows (batch {B} / minibatches {M}) is not divisible by "
+                         f"micro_batch_size {r}; use a micro_batch_size dividing {mb}")
+    if mesh is not None:
+        check_batch_size(r, mesh, what="micro_batch_size (rows per micro-batch)")
+    return M, mb // r, r
+
+
+def _split(batch: TrainBatch, M: int, n: int, r: int, mesh: Mesh | None) -> TrainBatch:
+    """[B, T] -> [M, n, r, T] where row i*(M*n) + m*n + j -> [m, j, i].
+
+    The sharded row axis stays the leading split axis (r), so each device keeps its own rows: no communication.
+    """
+
+    def f(x):
+        if x is None:
+            return None
+        y = jnp.moveaxis(x.reshape((r, M, n) + x.shape[1:]), 0, 2)
+        if mesh is not None:
+            spec = jax.sharding.PartitionSpec(None, None, *batch_spec(x.ndim))
+            y = jax.lax.with_sharding_constraint(y, NamedSharding(mesh, spec))
+        return y
+
+    return jax.tree.map(f, batch, is_leaf=lambda x: x is None)
+
+
+def _where_tree(pred, a, b):
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
+def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict]:
+    """One optimizer step on one minibatch [n, r, T]: accumulate grads over n micro-batches, apply if finite."""
+    cfg, mesh, rules = state.cfg, state.mesh, state.rules
+    has_critic = state.critic_params is not None
+    grad_policy = jax.grad(policy_loss, has_aux=True)
+    grad_critic = jax.grad(critic_loss, has_aux=True)
+
+    def micro_out(x: TrainBatch) -> dict:
+        g, (d, ms) = grad_policy(state.params, state.model_state, state.graphdef, x, cfg)
+        # keep the accumulators laid out like the params (fsdp/tensor sharded), not replicated
+        out = {"g": constrain_tree(g, mesh, rules), "d": d, "m": ms}
+        if has_critic:
+            cg, (cd, cms) = grad_critic(state.critic_params, state.critic_state, state.critic_graphdef, x, cfg)
+            out.update(cg=constrain_tree(cg, mesh, rules), cd=cd, cm=cms)
+        return out
+
+    def micro(acc, x: TrainBatch):
+        return jax.tree.map(jnp.add, acc, micro_out(x)), None
+
+    shapes = jax.eval_shape(micro_out, jax.tree.map(lambda y: y[0], mb))
+    acc0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    acc0["g"] = constrain_tree(acc0["g"], mesh, rules)
+    if has_critic:
+        acc0["cg"] = constrain_tree(acc0["cg"], mesh, rules)
+    acc, _ = jax.lax.scan(micro, acc0, mb)
+
+    grads = jax.tree.map(lambda g: g / jnp.maximum(acc["d"], 1e-9), acc["g"])
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(grad_norm)
+    metrics = {k: v / jnp.maximum(acc["m"]["tokens"], 1.0) for k, v in acc["m"].items() if k not in ("tokens", "loss")}
+    metrics["loss"] = acc["m"]["loss"] / jnp.maximum(acc["d"], 1e-9)
+    metrics["grad_norm"] = grad_norm
+    tx = make_optimizer(cfg)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    new = {"params": params, "opt_state": opt_state}
+    old = {"params": state.params, "opt_state": state.opt_state}
+    if has_critic:
+        cgrads = jax.tree.map(lambda g: g / jnp.maximum(acc["cd"], 1e-9), acc["cg"])
+        cnorm = optax.global_norm(cgrads)
+        finite = finite & jnp.isfinite(cnorm)
+        cupdates, copt = make_optimizer(cfg, critic=True).update(cgrads, state.critic_opt_state, state.critic_params)
+        new.update(critic_params=optax.apply_updates(state.critic_params, cupdates), critic_opt_state=copt)
+        old.update(critic_params=state.critic_params, critic_opt_state=state.critic_opt_state)
+        metrics["value_loss"] = acc["cm"]["value_loss"] / jnp.maximum(acc["cd"], 1e-9)
+        metrics["critic_grad_norm"] = cnorm
+    # non-finite guard: a step with inf/nan gradients leaves params and optimizer state untouched
+    kept = constrain_tree(_where_tree(finite, new, old), mesh, rules)
+    metrics["skipped"] = (~finite).astype(jnp.float32)
+    return state.replace(**kept), metrics
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
+    """epochs x minibatches optimizer steps on `batch`; returns the new state and averaged metrics.
+
+    Metrics: loss, pg_loss, entropy, kl, clip_frac, ratio, grad_norm (before clipping), skipped (number of
+    steps dropped for non-finite gradients), adv_mean/std/min/max over loss tokens, lr, and the critic's
+    value_loss / critic_grad_norm with a critic.
+    """
+    cfg, mesh = state.cfg, state.mesh
+    M, n, r = _micro_layout(batch, cfg, mesh)
+    B = batch.tokens.shape[0]
+    if state.critic_params is not None and batch.value_mask is None:
+        raise ValueError("this TrainState has a critic; TrainBatch needs returns, values and value_mask")
+    if state.critic_params is None:
+        batch = batch.replace(returns=None, values=None, value_mask=None)
+
+    rng, epoch_rng = jax.random.split(jax.random.wrap_key_data(state.rng))
+
+    def epoch(st, key):
+        data = batch
+        if cfg.shuffle and M > 1:
+            perm = jax.random.permutation(key, B)
+            data = jax.tree.map(lambda x: jnp.take(x, perm, axis=0), batch)
+        return jax.lax.scan(_optimizer_step, st, _split(data, M, n, r, mesh))
+
+    state, metrics = jax.lax.scan(epoch, state, jax.random.split(epoch_rng, cfg.epochs))
+    metrics = {k: (v.sum() if k == "skipped" else v.mean()) for k, v in metrics.items()}
+    m = batch.loss_mask
+    adv = batch.advantages
+    cnt = jnp.maximum(m.sum(), 1)
+    adv_mean = jnp.where(m, adv, 0.0).sum() / cnt
+    metrics.update(
+        adv_mean=adv_mean,
+        adv_std=jnp.sqrt(jnp.where(m, jnp.square(adv - adv_mean), 0.0).sum() / cnt),
+        adv_min=jnp.where(m, adv, jnp.inf).min(),
+        adv_max=jnp.where(m, adv, -jnp.inf).max(),
+        lr=make_schedule(cfg, cfg.lr)(_opt_count(state.opt_state)),
+    )
+    state = state.replace(step=state.step + 1, rng=jax.random.key_data(rng))
+    return state, metrics
+
+
+def _opt_count(opt_state) -> jax.Array:
+    """The optimizer's step count (what the schedule sees)."""
+    counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "count"))
+              if hasattr(s, "count")]
+    return counts[-1] if counts else jnp.zeros((), jnp.int32)

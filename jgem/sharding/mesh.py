@@ -1,0 +1,106 @@
+"""Device meshes (data, fsdp, tensor) and multi-host initialisation."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh
+
+AXES = ("data", "fsdp", "tensor")
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Mesh axis sizes; one axis may be -1 to take the devices the others leave."""
+
+    data: int = 1
+    fsdp: int = 1
+    tensor: int = 1
+
+    def resolve(self, num_devices: int) -> tuple[int, int, int]:
+        """Axis sizes for `num_devices` devices, or a ValueError saying which sizes would work."""
+        sizes = [self.data, self.fsdp, self.tensor]
+        fill = [i for i, s in enumerate(sizes) if s == -1]
+        bad = [(a, s) for a, s in zip(AXES, sizes) if s == 0 or s < -1]
+        if bad:
+            raise ValueError(f"mesh axis {bad[0][0]} has size {bad[0][1]}; use a positive size or -1 (fill)")
+        if len(fill) > 1:
+            raise ValueError(f"only one mesh axis may be -1, got {[AXES[i] for i in fill]}; give the others sizes")
+        fixed = int(np.prod([s for s in sizes if s != -1]))
+        if fill:
+            if num_devices % fixed:
+                raise ValueError(
+                    f"mesh {dict(zip(AXES, sizes))}: {num_devices} devices are not divisible by the fixed axes' "
+                    f"product {fixed}; make the fixed axes multiply to a divisor of {num_devices}")
+            sizes[fill[0]] = num_devices // fixed
+        elif fixed != num_devices:
+            raise ValueError(
+                f"mesh {dict(zip(AXES, sizes))} needs {fixed} devices but {num_devices} are available; "
+                f"make data*fsdp*tensor = {num_devices} or set one axis to -1")
+        return tuple(sizes)
+
+
+def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mesh:
+    """A `Mesh` with axes (data, fsdp, tensor) over `devices` (default: all, across processes)."""
+    cfg = cfg or MeshConfig()
+    devices = list(jax.devices() if devices is None else devices)
+    shape = cfg.resolve(len(devices))
+    if devices[0].platform == "cpu":
+        dev_array = np.asarray(devices, dtype=object).reshape(shape)
+    else:  # topology-aware placement (ICI rings on TPU, NVLink islands on GPU)
+        dev_array = mesh_utils.create_device_mesh(shape, devices=devices)
+    return Mesh(dev_array, AXES, axis_types=(AxisType.Auto,) * len(AXES))
+
+
+def batch_axis_size(mesh: Mesh) -> int:
+    """Number of shards of the batch dimension (data * fsdp)."""
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def _on_tpu_vm() -> bool:
+    return bool(os.environ.get("TPU_WORKER_HOSTNAMES") or os.environ.get("TPU_ACCELERATOR_TYPE")
+                or os.environ.get("CLOUD_TPU_TASK_ID"))
+
+
+def initialize(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    local_device_ids: list[int] | None = None,
+) -> bool:
+    """Start `jax.distributed` for multi-host runs; returns True when it was started.
+
+    Arguments override the env vars JGEM_COORDINATOR (host:port), JGEM_NUM_PROCESSES, JGEM_PROCESS_ID.
+    With neither, a TPU VM is auto-detected (jax reads the topology itself); otherwise it is a no-op
+    (single process). Call before any other jax call. CPU processes use gloo collectives.
+    """
+    coordinator_address = coordinator_address or os.environ.get("JGEM_COORDINATOR")
+    if num_processes is None and os.environ.get("JGEM_NUM_PROCESSES"):
+        num_processes = int(os.environ["JGEM_NUM_PROCESSES"])
+    if process_id is None and os.environ.get("JGEM_PROCESS_ID"):
+        process_id = int(os.environ["JGEM_PROCESS_ID"])
+    given = [coordinator_address is not None, num_processes is not None, process_id is not None]
+    if any(given) and not all(given):
+        raise ValueError(
+            f"multi-host initialize needs coordinator_address, num_processes and process_id together "
+            f"(or env JGEM_COORDINATOR, JGEM_NUM_PROCESSES, JGEM_PROCESS_ID); got coordinator={coordinator_address}, "
+            f"num_processes={num_processes}, process_id={process_id}")
+    if all(given):
+        if not 0 <= process_id < num_processes:
+            raise ValueError(f"process_id {process_id} is outside [0, {num_processes}); ids run 0..num_processes-1")
+        if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                                   process_id=process_id, local_device_ids=local_device_ids)
+        log.info("jax.distributed: process %d/%d via %s", process_id, num_processes, coordinator_address)
+        return True
+    if _on_tpu_vm():
+        jax.distributed.initialize()
+        return True
+    return False

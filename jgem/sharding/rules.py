@@ -1,0 +1,146 @@
+"""Logical axis names -> mesh axes: one rules table, and functions that place params, optimizer state and batches.
+
+Params carry logical names in their nnx metadata (`out_sharding`, e.g. ("embed", "mlp")). A rule maps each
+logical name to a mesh axis (or a tuple of axes, or None: replicated). The batch is sharded over (data, fsdp).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
+
+DEFAULT_RULES: Rules = (
+    ("batch", ("data", "fsdp")),
+    ("embed", "fsdp"),
+    ("vocab", "tensor"),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("head_dim", None),
+    ("layers", None),
+    ("norm", None),
+)
+
+
+def logical_names(var: nnx.Variable) -> tuple | None:
+    """The logical axis names attached to a variable (flax 0.12 `out_sharding`, older `sharding_names`)."""
+    meta = var.get_metadata()
+    for key in ("out_sharding", "sharding_names", "sharding"):
+        names = meta.get(key)
+        if names is not None:
+            return tuple(names)
+    return None
+
+
+def logical_to_spec(names: Sequence[str | None] | None, rules: Rules = DEFAULT_RULES) -> P:
+    """PartitionSpec for logical names; a mesh axis already used by an earlier dim is not reused."""
+    if names is None:
+        return P()
+    table = dict(rules)
+    used: set[str] = set()
+    out = []
+    for name in names:
+        axes = table.get(name) if name is not None else None
+        if name is not None and name not in table:
+            raise ValueError(f"logical axis {name!r} has no sharding rule; add ({name!r}, <mesh axis or None>) "
+                             f"to the rules (known: {sorted(table)})")
+        axes_t = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
+        axes_t = tuple(a for a in axes_t if a not in used)
+        used.update(axes_t)
+        out.append(None if not axes_t else (axes_t[0] if len(axes_t) == 1 else axes_t))
+    return P(*out)
+
+
+def _axis_size(mesh: Mesh, axes) -> int:
+    if axes is None:
+        return 1
+    axes = (axes,) if isinstance(axes, str) else axes
+    return int(np.prod([mesh.shape[a] for a in axes]))
+
+
+def check_divisible(shape: Sequence[int], spec: P, mesh: Mesh, what: str) -> None:
+    """ValueError naming the array, dim, mesh axis and a size that works when a dim does not divide its axes."""
+    for dim, (size, axes) in enumerate(zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)))):
+        n = _axis_size(mesh, axes)
+        if size % n:
+            valid = max(d for d in range(1, n + 1) if size % d == 0 and n % d == 0)
+            raise ValueError(
+                f"{what}: dim {dim} of size {size} is not divisible by mesh axis {axes} of size {n}; "
+                f"use a mesh where {axes} has size {valid} (divides {size}), or change the rules or the shape")
+
+
+def _path_str(path) -> str:
+    return ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+
+
+def tree_shardings(tree, mesh: Mesh, rules: Rules = DEFAULT_RULES):
+    """NamedSharding for every leaf: nnx Variables by their logical names, anything else replicated.
+
+    Works on params, on optimizer state (optax keeps the Variable wrappers and their metadata for mu/nu),
+    and on abstract trees (ShapeDtypeStruct or tracers) inside jit.
+    """
+
+    def leaf_sharding(path, x):
+        if isinstance(x, nnx.Variable):
+            value = x.get_value() if hasattr(x, "get_value") else x.value
+            spec = logical_to_spec(logical_names(x), rules)
+            check_divisible(np.shape(value), spec, mesh, f"param {_path_str(path)} {tuple(logical_names(x) or ())}")
+            return x.replace(NamedSharding(mesh, spec))
+        return NamedSharding(mesh, P())
+
+    return jax.tree_util.tree_map_with_path(leaf_sharding, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
+def shard_tree(tree, mesh: Mesh, rules: Rules = DEFAULT_RULES):
+    """Place a pytree of arrays (params, opt state) on `mesh` according to the rules."""
+    return jax.device_put(tree, tree_shardings(tree, mesh, rules))
+
+
+def constrain_tree(tree, mesh: Mesh | None, rules: Rules = DEFAULT_RULES):
+    """with_sharding_constraint by the rules (inside jit); identity without a mesh."""
+    if mesh is None:
+        return tree
+    return jax.lax.with_sharding_constraint(tree, tree_shardings(tree, mesh, rules))
+
+
+def batch_spec(ndim: int = 2) -> P:
+    return P(("data", "fsdp"), *([None] * (ndim - 1)))
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+    """Rows over (data, fsdp), everything else replicated."""
+    return NamedSharding(mesh, batch_spec(ndim))
+
+
+def check_batch_size(batch_size: int, mesh: Mesh, what: str = "batch_size") -> None:
+    n = mesh.shape["data"] * mesh.shape["fsdp"]
+    if batch_size % n:
+        raise ValueError(f"{what} {batch_size} is not divisible by {n} devices on mesh axes (data, fsdp) "
+                         f"= ({mesh.shape['data']}, {mesh.shape['fsdp']}); use a multiple of {n}")
+
+
+def shard_batch(batch, mesh: Mesh, *, process_local: bool | None = None):
+    """Place a pytree of [B, ...] host arrays with rows sharded over (data, fsdp).
+
+    Single process: the arrays are the global batch. Multi-process (default when jax.process_count() > 1):
+    each process passes its own rows and the global batch is their concatenation in process order.
+    """
+    process_local = jax.process_count() > 1 if process_local is None else process_local
+
+    def place(x):
+        if x is None:
+            return None
+        sharding = batch_sharding(mesh, np.ndim(x))
+        if process_local:
+            return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+        check_batch_size(np.shape(x)[0], mesh)
+        return jax.device_put(x, sharding)
+
+    return jax.tree.map(place, batch)
