@@ -1,0 +1,148 @@
+"""Word Search: GEM layout, rules and rewards, reference solver, robustness, cloning."""
+
+import numpy as np
+import pytest
+
+import jgem
+from jgem.envs.games.solvers import play, solver_for
+from jgem.envs.games.word_search import place_words, word_cells
+from jgem.envs.games.words import load_words
+
+IDS = ["game:WordSearch-v0-easy", "game:WordSearch-v0-hard", "game:WordSearch-v0-random"]
+BAD = [
+    "",
+    "x" * 1_000_000,
+    "単語 \\boxed{一 二 三 四} ✓",
+    "\\boxed{1 2 3",
+    "\\boxed{{{}",
+    "}}\\boxed{",
+    "\\boxed{1 2 3}",
+    "1 2 3 4",
+]
+
+
+def _ends(env, word):
+    cells = word_cells(word, *env.placed_words[word])
+    return cells[0], cells[-1]
+
+
+def _guess(a, b):
+    return f"\\boxed{{{a[0]} {a[1]} {b[0]} {b[1]}}}"
+
+
+def test_place_words_follows_gem_layout():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        words = [w.upper() for w in rng.choice(load_words(common=True)[:2000], size=5, replace=False)]
+        grid, placed = place_words(words, rng)
+        longest = max(words, key=len)
+        assert len(grid) == round(1.5 * len(longest)) and longest in placed
+        for word, place in placed.items():
+            assert [grid[r][c] for r, c in word_cells(word, *place)] == list(word)
+        first_row, first_col, first_dir = placed[sorted(words, key=len, reverse=True)[0]]
+        n = len(grid)
+        assert (first_row, first_col) in {(n // 2, (n - len(longest)) // 2), ((n - len(longest)) // 2, n // 2)}
+
+
+def test_scripted_moves_exact_rewards():
+    env = jgem.make(IDS[0])
+    env.reset(seed=0)
+    words = list(env.placed_words)
+    assert len(words) == 5
+    a, b = _ends(env, words[0])
+
+    def step(action):
+        return env.step(action)[1:4]
+
+    assert step(_guess(a, b)) == (0.2, False, False)
+    assert words[0] in env.found and "[" in env.suffix()
+    assert step(_guess(a, b)) == (0.0, False, False)  # repeated guess
+    assert step(_guess(b, a)) == (0.0, False, False)  # same word backwards: GEM paid again, jgem does not
+    n = len(env.grid)
+    assert step(f"\\boxed{{0 0 {n} 0}}") == (0.0, False, False)  # off the grid
+    assert step("\\boxed{0 0 1 1}") == (0.0, False, False)  # diagonal
+    wrong = next(
+        f"\\boxed{{{r} 0 {r} 1}}" for r in range(n) if all((r, 0) != _ends(env, w)[i] for w in words for i in (0, 1))
+    )
+    assert step(wrong) == (0.0, False, False)
+    for i, w in enumerate(words[1:]):
+        a, b = _ends(env, w)
+        obs, rew, term, trunc, info = env.step(_guess(b, a) if i % 2 else _guess(a, b))  # either direction counts
+        assert rew == 0.2 and term == (i == 3) and not trunc
+    assert info["success"] is True and env.turn_count == 10
+
+
+def test_turn_limit_and_format_error():
+    env = jgem.make(IDS[0], max_turns=2)
+    env.reset(seed=0)
+    assert env.step("\\boxed{0 0 0 1}")[1:4][1:] == (False, False)
+    obs, rew, term, trunc, info = env.step("\\boxed{1 0 1 1}")  # two letters: never a word
+    assert (term, trunc, info["success"]) == (True, True, False)
+    env.reset(seed=0)
+    assert env.step("\\boxed{[0 0 0 1]}")[1:4] == (-0.1, True, False)
+
+
+def test_word_pools():
+    common = set(load_words(common=True))
+    env = jgem.make(IDS[1])
+    for seed in range(5):
+        env.reset(seed=seed)
+        assert not {w.lower() for w in env.placed_words} & common
+    env = jgem.make(IDS[0])
+    for seed in range(5):
+        env.reset(seed=seed)
+        assert {w.lower() for w in env.placed_words} <= common
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_solver_always_wins(env_id):
+    env = jgem.make(env_id)
+    kinds = set()
+    for seed in range(25):
+        ret, turns, won = play(env, solver_for(env_id), seed=seed)
+        assert won and ret == pytest.approx(1.0) and turns == len(env.placed_words) <= env.max_turns
+        kinds.add(env.hardcore)
+    assert kinds == ({False, True} if env_id.endswith("random") else {env_id.endswith("hard")})
+
+
+def test_reset_is_reproducible():
+    a, b = jgem.make(IDS[2]), jgem.make(IDS[2])
+    for seed in range(5):
+        assert a.reset(seed=seed) == b.reset(seed=seed) and a.grid == b.grid
+    assert a.reset(seed=0)[1]["suffix"] != a.reset(seed=1)[1]["suffix"]
+
+
+@pytest.mark.parametrize("env_id", IDS)
+def test_bad_inputs_never_raise(env_id):
+    env = jgem.make(env_id, seed=0)
+    for action in BAD:
+        env.reset(seed=1)
+        obs, rew, term, trunc, info = env.step(action)
+        assert (rew, term, info["success"]) == (-0.1, True, False) and "suffix" in info
+    env.reset(seed=1)
+    assert env.step("\\boxed{" + "9" * 5000 + " 1 1 1}")[1:4] == (0.0, False, False)
+
+
+def test_random_agent_and_clone():
+    env = jgem.make(IDS[2], seed=0)
+    for episode in range(10):
+        env.reset(seed=episode)
+        total = 0.0
+        for _ in range(100):
+            obs, rew, term, trunc, info = env.step(env.sample_random_action())
+            total += rew
+            if term:
+                assert isinstance(info["success"], bool)
+                break
+        assert term and 0.0 <= total <= 1.0 + 1e-9
+    a = jgem.make(IDS[0])
+    a.reset(seed=9)
+    a.step(_guess(*_ends(a, next(iter(a.placed_words)))))
+    a.step(a.sample_random_action())
+    b = jgem.make(IDS[0], seed=1)
+    b.set_state(a.get_state())
+    for _ in range(15):
+        act = a.sample_random_action()
+        assert act == b.sample_random_action()
+        assert a.step(act) == b.step(act)
+    assert a.reset() == b.reset()
