@@ -62,7 +62,8 @@ def _isolate(cfg):
         for p in points:  # read-only everywhere; device files (/dev/null) stay usable on a ro mount
             if p not in ("/tmp", "/dev/shm"):
                 _libc.mount(b"none", p.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-        iso["filesystem"] = f"read-only, private {cfg['tmpfs_mb']} MiB tmpfs on /tmp and /dev/shm"
+        iso["filesystem"] = f"read-only, fresh {cfg['tmpfs_mb']} MiB tmpfs on /tmp and /dev/shm per execution"
+        cfg["fresh_tmp"] = True
     except OSError as e:
         iso["filesystem"] = f"host (not isolated: mount namespace failed: {e.strerror})"
     iso["uid"] = f"unprivileged uid {cfg['uid']}" if os.getuid() == 0 else f"host uid {os.getuid()} (not root)"
@@ -164,8 +165,21 @@ def _child(cfg, job, workdir, out_w, err_w, stdin_fd):
 
 
 def _kill_uid(uid):
-    """SIGKILL every process of `uid` (kill(-1) from a helper of that uid spares only itself)."""
+    """SIGKILL every process of `uid` (kill(-1) from a helper of that uid spares only itself).
+
+    Without root there is no uid of our own: kill our children instead (as a subreaper, the job's
+    orphans are our children too).
+    """
     if os.getuid() != 0:
+        me = str(os.getpid())
+        for d in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = f.read().rsplit(")", 1)[1].split()[1]
+                if ppid == me:
+                    os.kill(int(d), signal.SIGKILL)
+            except (OSError, IndexError, ValueError):
+                pass
         return
     pid = os.fork()
     if pid == 0:
@@ -193,23 +207,59 @@ def _drain(fd, bufs, sel, limit):
             return
 
 
-def _reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def _cleanup(uid):
+    """Kill and reap every process the job left behind (fork-bomb remnants, daemons).
+
+    The worker is a child subreaper, so all of them are its descendants; when waitpid says there are
+    no children left, nothing of the job survives. Kill again while some remain: a process may have
+    forked while the previous kill swept the process table.
+    """
+    for _ in range(200):
+        _kill_uid(uid)
+        deadline = time.monotonic() + 0.05
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.001)
+
+
+def _mount_tmp(cfg):
+    """A fresh tmpfs over /tmp and /dev/shm for one job: files one execution leaves there are gone
+    for the next (the mounts stack on the worker's private ones and are detached after the job)."""
+    opts = f"size={cfg['tmpfs_mb']}m,mode=1777".encode()
+    for p in (b"/tmp", b"/dev/shm"):
+        if os.path.isdir(p):
+            _call(_libc.mount, b"tmpfs", p, b"tmpfs", 0, opts)
+
+
+def _umount_tmp():
+    for p in (b"/dev/shm", b"/tmp"):
+        if os.path.isdir(p):
+            _libc.umount2(p, MNT_DETACH)
 
 
 def run_job(cfg, job):
+    if cfg.get("fresh_tmp"):
+        _mount_tmp(cfg)
+        try:
+            return _run_job(cfg, job, "/tmp")
+        finally:
+            _umount_tmp()
+    return _run_job(cfg, job, cfg["workroot"])
+
+
+def _run_job(cfg, job, root):
     start = time.monotonic()
-    workdir = tempfile.mkdtemp(prefix="run-", dir=cfg["workroot"])
+    workdir = tempfile.mkdtemp(prefix="run-", dir=root)
     if os.getuid() == 0:
         os.chown(workdir, cfg["uid"], cfg["uid"])
     os.chmod(workdir, 0o700)
-    stdin_file = tempfile.TemporaryFile(dir=cfg["workroot"])  # noqa: SIM115 (closed after the fork)
+    stdin_file = tempfile.TemporaryFile(dir=root)  # noqa: SIM115 (closed after the fork)
     stdin_file.write(job.get("stdin", "").encode())
     stdin_file.seek(0)
     out_r, out_w = os.pipe()
@@ -253,8 +303,7 @@ def run_job(cfg, job):
     # Bounded: the child has exited or was just killed.
     _, status, usage = os.wait4(pid, 0)
     wall = time.monotonic() - start
-    _kill_uid(cfg["uid"])  # background processes and fork-bomb remnants
-    _reap()
+    _cleanup(cfg["uid"])
     sel.close()
     for fd in (*bufs, pidfd):
         os.close(fd)

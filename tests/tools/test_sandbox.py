@@ -1,0 +1,173 @@
+"""The sandbox against hostile code: each attack is contained, reported, and leaves no trace."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from jgem.envs.tools.sandbox import Sandbox, SandboxConfig
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the sandbox needs Linux pidfds")
+
+
+def _uid_processes(uid: int) -> list[int]:
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}").st_uid == uid:
+                    pids.append(int(d))
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+def test_runs_code_with_stdin_and_reports_isolation(sandbox):
+    res = sandbox.run("import sys\nprint('got', sys.stdin.read().strip())", stdin="42\n")
+    assert res.ok and res.stdout == "got 42\n"
+    assert set(sandbox.isolation) == {"network", "filesystem", "uid"}
+
+
+def test_error_is_reported_with_traceback(sandbox):
+    res = sandbox.run("x = 1\n1 / 0")
+    assert res.status == "error" and res.exit_code == 1
+    assert "ZeroDivisionError" in res.stderr and 'File "main.py", line 2' in res.stderr
+    assert "_sandbox_worker" not in res.stderr  # the sandbox's own frames are not shown
+
+
+def test_infinite_loop_stops_at_the_wall_timeout(sandbox):
+    t = time.monotonic()
+    res = sandbox.run("while True:\n    pass", timeout=0.5)
+    elapsed = time.monotonic() - t
+    assert res.status == "timeout"
+    assert 0.5 <= res.wall < 0.8 and elapsed < 1.5
+    assert "wall-clock timeout of 0.5 s" in res.message()
+
+
+def test_sleep_is_bounded_by_the_wall_timeout_not_cpu(sandbox):
+    res = sandbox.run("import time\ntime.sleep(30)", timeout=0.4)
+    assert res.status == "timeout" and res.wall < 0.8
+
+
+def test_cpu_limit():
+    with Sandbox(SandboxConfig(timeout=10.0, cpu_time=1)) as sb:
+        res = sb.run("while True:\n    pass")
+    assert res.status == "cpu_limit" and res.wall < 5
+    assert "CPU time limit of 1 s" in res.message()
+
+
+def test_memory_bomb_is_contained(sandbox):
+    res = sandbox.run("x = bytearray(8 * 2**30)")
+    assert res.status == "memory_limit" and "MemoryError" in res.stderr
+    with Sandbox(SandboxConfig(timeout=10.0, memory_mb=128)) as sb:  # small, so the bomb hits it fast
+        res = sb.run("chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 2**20))")
+    assert res.status == "memory_limit", res
+    assert "memory limit of 128 MiB" in res.message()
+    assert sandbox.run("print('alive')").ok
+
+
+def test_fork_bomb_is_contained_and_cleaned_up(sandbox):
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    res = sandbox.run(code, timeout=1.0)
+    assert res.status == "timeout"
+    if os.getuid() == 0:
+        uids = [w.uid for w in list(sandbox._idle.queue)]
+        assert not any(_uid_processes(u) for u in uids)  # every bomb process is gone
+    assert sandbox.run("print('alive')").stdout == "alive\n"
+
+
+def test_huge_output_is_truncated(sandbox):
+    res = sandbox.run("while True:\n    print('x' * 1000)")
+    assert res.status == "output_limit" and res.truncated
+    assert len(res.stdout) + len(res.stderr) <= 4096 and res.wall < 0.9
+    assert "truncated" in res.message()
+
+
+def test_no_network():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(0.2)
+    port = srv.getsockname()[1]
+    code = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint('connected')"
+    with Sandbox(SandboxConfig(timeout=2.0)) as sb:
+        res = sb.run(code)
+        isolated = sb.isolation["network"].startswith("none")
+    if not isolated:
+        pytest.skip("this kernel does not allow a private network namespace")
+    assert res.status == "error" and "connected" not in res.stdout
+    assert "Network is unreachable" in res.stderr or "Connection refused" in res.stderr
+    with pytest.raises(TimeoutError):
+        srv.accept()  # nothing reached the host's listener
+    srv.close()
+
+
+def test_cannot_write_outside_the_working_directory(sandbox, tmp_path):
+    target = tmp_path / "escaped.txt"
+    os.chmod(tmp_path, 0o777)
+    res = sandbox.run(f"open({str(target)!r}, 'w').write('x')")
+    assert res.status == "error" and not target.exists()
+    res = sandbox.run("open('/work_escape_probe', 'w').write('x')")
+    assert res.status == "error" and not os.path.exists("/work_escape_probe")
+    res = sandbox.run("open('inside.txt', 'w').write('ok')\nprint(open('inside.txt').read())")
+    assert res.ok and res.stdout == "ok\n"
+
+
+def test_parent_environment_is_not_visible(monkeypatch):
+    monkeypatch.setenv("JGEM_TEST_SECRET", "hunter2")
+    code = (
+        "import os\nprint(sorted(os.environ))\n"
+        f"for pid in (os.getppid(), {os.getpid()}):\n"
+        "    try:\n        print(open(f'/proc/{pid}/environ').read())\n"
+        "    except OSError as e:\n        print('denied', e.errno)\n"
+    )
+    with Sandbox(SandboxConfig(timeout=2.0)) as sb:
+        res = sb.run(code)
+    assert "hunter2" not in res.stdout and "JGEM_TEST_SECRET" not in res.stdout
+    if os.getuid() == 0:
+        assert res.stdout.count("denied") == 2
+
+
+def test_no_state_leaks_between_executions(sandbox):
+    first = (
+        "import os, sys, math\nmath.pi = 3\nopen('/tmp/leak', 'w').write('x')\nopen('here.txt', 'w').write('x')\n"
+        "if os.fork() == 0:\n    import time\n    time.sleep(30)\n"
+        "print(os.getcwd())"
+    )
+    for _ in range(2):  # twice: both workers of the pool see the first program
+        res = sandbox.run(first)
+        assert res.ok, res
+    res = sandbox.run("import math, os\nprint(math.pi > 3.1, os.path.exists('/tmp/leak'), os.listdir('.'))")
+    assert res.stdout == "True False []\n"
+
+
+def test_host_is_unaffected_and_runs_are_concurrent(sandbox):
+    t = time.monotonic()
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(sandbox.run("import time\ntime.sleep(0.4)\nprint(1)")))
+        for _ in range(2)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert [r.stdout for r in results] == ["1\n", "1\n"]
+    assert time.monotonic() - t < 0.75  # two workers ran them side by side
+
+
+def test_fresh_mode_matches_pool_mode():
+    with Sandbox(SandboxConfig(timeout=2.0), mode="fresh") as sb:
+        res = sb.run("print(sum(range(10)))")
+    assert res.ok and res.stdout == "45\n"
+
+
+def test_config_errors_say_what_to_do():
+    with pytest.raises(ValueError, match="timeout must be > 0"):
+        SandboxConfig(timeout=0)
+    with pytest.raises(ValueError, match="mode must be"):
+        Sandbox(mode="docker")
