@@ -164,16 +164,23 @@ def build_batch(
     pad_id: int = 0,
     buckets: tuple[int, ...] = DEFAULT_BUCKETS,
     batch_divisor: int = 1,
+    row_buckets: tuple[int, ...] | None = None,
     packing: bool = True,
     returns: np.ndarray | None = None,
     values: np.ndarray | None = None,
 ) -> PackedBatch:
     """Pack `episodes` into fixed-shape TrainBatch arrays; see the module docstring for the layout.
 
+    Rows are padded to a multiple of `batch_divisor` (e.g. the data-parallel device count times the
+    micro-batch count), then up to the smallest of `row_buckets` that holds them, if given, so the
+    number of distinct shapes is at most len(buckets) * len(row_buckets).
     With `returns` and `values` (critic), the arrays also hold `returns`, `values` and `value_mask`.
     """
     if batch_divisor < 1:
         raise ValueError(f"batch_divisor must be >= 1, got {batch_divisor}")
+    bad = [r for r in row_buckets or () if r < 1 or r % batch_divisor]
+    if bad:
+        raise ValueError(f"row_buckets {bad} are not positive multiples of batch_divisor {batch_divisor}")
     if (returns is None) != (values is None):
         raise ValueError("pass returns and values together (critic), or neither")
     segments = episode_segments(episodes, advantages, view=view, returns=returns, values=values)
@@ -184,6 +191,14 @@ def build_batch(
     where = pack(lengths, T) if packing else [(i, 0) for i in range(len(segments))]
     rows = max(r for r, _ in where) + 1
     B = -(-rows // batch_divisor) * batch_divisor
+    if row_buckets:
+        fits = [b for b in sorted(row_buckets) if b >= B]
+        if not fits:
+            raise ValueError(
+                f"{rows} packed rows exceed the largest row bucket {max(row_buckets)}; add a larger row bucket "
+                "or collect fewer episodes per batch"
+            )
+        B = fits[0]
 
     tokens = np.full((B, T), pad_id, np.int32)
     positions = np.zeros((B, T), np.int32)

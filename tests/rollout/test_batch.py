@@ -119,6 +119,17 @@ def test_errors():
         build_batch(eps, ADV[:1])
 
 
+def test_row_buckets():
+    eps = two_episodes()
+    p = build_batch(eps, ADV, view="per_turn", buckets=(8,), batch_divisor=2, row_buckets=(2, 8, 16))
+    assert p.arrays["tokens"].shape == (8, 8)  # 3 rows -> 4 (divisor) -> 8 (row bucket)
+    assert p.metrics["batch/padding_frac"] == pytest.approx(1 - 18 / 64)
+    with pytest.raises(ValueError, match="largest row bucket 2"):
+        build_batch(eps, ADV, view="per_turn", buckets=(8,), row_buckets=(2,))
+    with pytest.raises(ValueError, match="multiples of batch_divisor 4"):
+        build_batch(eps, ADV, batch_divisor=4, row_buckets=(4, 6))
+
+
 def test_choose_length_and_pack():
     assert choose_length(100, (512, 128, 256)) == 128
     assert choose_length(128, (128, 256)) == 128
@@ -201,3 +212,47 @@ def test_chat_view_conditions_each_action_token_like_per_turn(eps):
     per_turn = build_batch(eps, adv, view="per_turn", buckets=(64,))
     assert _action_contexts(chat.arrays) == _action_contexts(per_turn.arrays)
     assert chat.metrics["batch/tokens"] <= per_turn.metrics["batch/tokens"]
+
+
+def test_chatformat_episodes_pack_in_both_views():
+    """Episodes recorded with ChatFormat on a real game pack in the chat view; loss tokens decode to the actions."""
+    import jgem
+    from jgem.models.tokenizer import ChatFormat, load_tokenizer
+
+    tok = load_tokenizer()
+    chat = ChatFormat(tok)
+    env = jgem.make("game:GuessTheNumber-v0-easy")
+    episodes, actions = [], []
+    for e in range(3):
+        obs, _ = env.reset(seed=e)
+        prompt = chat.start([{"role": "user", "content": obs}])
+        trans, lo, hi = [], 1, 10
+        for k in range(4):
+            guess = (lo + hi) // 2
+            text = f"My guess is \\boxed{{{guess}}}"
+            ids = chat.action_ids(text)
+            obs, reward, terminated, truncated, _ = env.step(chat.action_text(ids))
+            trans.append(Transition(e, k, prompt, ids, np.full(len(ids), -0.5), reward=reward))
+            actions.append(text)
+            if terminated or truncated:
+                break
+            lo, hi = (lo, guess - 1) if "lower" in obs.lower() else (guess + 1, hi)
+            prompt = np.concatenate([prompt, ids, chat.observation_tokens(obs)])
+        episodes.append(Episode(e, 0, "game:GuessTheNumber-v0-easy", e, trans))
+    K = max(ep.num_turns for ep in episodes)
+    adv = np.ones((len(episodes), K), np.float32)
+    for view in ("chat", "per_turn"):
+        p = build_batch(episodes, adv, view=view, pad_id=chat.pad_id, buckets=(512, 1024, 2048), batch_divisor=2)
+        arr = p.arrays
+        got = []
+        for r in range(arr["tokens"].shape[0]):
+            m = arr["loss_mask"][r]
+            # split the row's loss tokens at stop tokens: one action each
+            cur = []
+            for t in arr["tokens"][r][m]:
+                cur.append(int(t))
+                if t in chat.stop_token_ids:
+                    got.append(chat.action_text(cur))
+                    cur = []
+        assert sorted(got) == sorted(actions)
+    assert p.arrays["tokens"].shape[0] % 2 == 0
