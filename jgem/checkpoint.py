@@ -168,7 +168,8 @@ class Checkpointer:
             "config_fingerprint": self.fingerprint,
         }
         try:
-            json.dumps(host_doc)
+            # a deep copy: the write finishes in the background, after the caller may have mutated `host`
+            host_doc = json.loads(json.dumps(host_doc))
         except TypeError as e:
             raise TypeError(f"host state must be JSON-serialisable ({e}); convert arrays with .tolist()") from e
         metrics = {k: float(v) for k, v in metrics.items()} if metrics else None

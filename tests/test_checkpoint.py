@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -64,11 +65,13 @@ def test_round_trip_and_host_state(tmp_path):
     with Checkpointer(CheckpointConfig(str(tmp_path)), run_config=RunCfg()) as ck:
         assert ck.restore_latest(make_state(0)) is None  # fresh run
         ck.save(3, make_state(3), host)
+        host_sent = json.loads(json.dumps(host))
+        host["env_seeds"]["a"] = 8  # mutated while the save may still be running
         ck.wait()
         r = ck.restore_latest(make_state(0))
     assert r.step == 3
     assert_tree_equal(r.state, make_state(3))
-    assert {k: r.host[k] for k in host} == host and r.host["step"] == 3
+    assert {k: r.host[k] for k in host} == host_sent and r.host["step"] == 3
     assert r.host["config_fingerprint"] == config_fingerprint(RunCfg())
     with pytest.raises(TypeError, match="JSON"), Checkpointer(CheckpointConfig(str(tmp_path / "x"))) as ck:
         ck.save(0, make_state(0), {"bad": np.zeros(2)})
