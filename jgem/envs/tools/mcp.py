@@ -132,7 +132,8 @@ class MCPTool(Tool):
                 target = self.server
             self._stop = asyncio.Event()
             try:
-                async with Client(target, read_timeout_seconds=self.timeout, mode="legacy") as client:
+                # The handshake waits for the server to start (an import can take seconds); calls use `timeout`.
+                async with Client(target, read_timeout_seconds=self.connect_timeout, mode="legacy") as client:
                     self._client = client
                     await self._discover(client)
                     started.set()
@@ -218,7 +219,10 @@ class MCPTool(Tool):
             try:
                 if self._client is None:
                     self._connect()
-                result = self._run(self._client.call_tool(call.name, call.arguments), self.timeout + 1.0)
+                result = self._run(
+                    self._client.call_tool(call.name, call.arguments, read_timeout_seconds=self.timeout),
+                    self.timeout + 1.0,
+                )
                 return self._format(result)
             except Exception as e:
                 code = getattr(getattr(e, "error", None), "code", None)
