@@ -282,3 +282,17 @@ def test_llama3_tool_observation(llama3):
     stream, full = _run(cf, None, "What is 2+2?", [('{"name": "calc"}', "tool", "4")])
     assert stream == _template_ids(llama3, full, **kw)
     assert re.search(r"<\|start_header_id\|>ipython<\|end_header_id\|>", llama3.decode(stream))
+
+
+def test_build_script_is_deterministic():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "build_tiny_tokenizer.py"
+    spec = importlib.util.spec_from_file_location("build_tiny_tokenizer", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    texts = mod.PHRASES + [mod.DIGITS] + CORPUS
+    a, b = mod.build(texts), mod.build(list(texts))
+    assert a.to_str() == b.to_str()
+    assert a.get_vocab_size() <= 1024 and a.token_to_id("<|endoftext|>") == 0
+    assert a.encode("guess 123").tokens[-3:] == ["1", "2", "3"]
