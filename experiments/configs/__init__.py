@@ -1,0 +1,91 @@
+"""Named presets: plain functions returning a TrainConfig. `experiments/train.py` exposes them on the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jgem.algos.learner import LearnerConfig
+from jgem.config import CurriculumConfig, EnvConfig, ModelSpec, TrainConfig, WarmStartConfig
+from jgem.rollout.collector import RolloutConfig
+from jgem.sharding.mesh import MeshConfig
+
+
+def tiny() -> TrainConfig:
+    """The embedded default: the tiny model and shipped tokenizer learn GuessTheNumber-easy on CPU.
+
+    A short supervised warm start on a noisy scripted player (epsilon-random guesses) gives the model the
+    action format; ReBN with gamma 0.9 then improves on the teacher.
+    """
+    return TrainConfig(
+        run_dir="runs/tiny",
+        seed=0,
+        steps=60,
+        algorithm="rebn",
+        gamma=0.9,
+        episodes_per_step=32,
+        env=EnvConfig(env_id="game:GuessTheNumber-v0-easy", num_envs=32, backend="inline"),
+        model=ModelSpec(preset="tiny"),
+        rollout=RolloutConfig(view="chat", num_groups=2, max_new_tokens=12, max_episode_tokens=512),
+        learner=LearnerConfig(policy_loss="ppo", lr=3e-4, max_grad_norm=1.0, epochs=1, minibatches=1),
+        warm_start=WarmStartConfig(steps=40, episodes_per_step=32, lr=2e-3, epsilon=0.5),
+        eval_every=10,
+        eval_episodes=64,
+        checkpoint_every=10,
+    )
+
+
+def qwen3_1p7b_games(model_path: str = "/path/to/Qwen3-1.7B-Base", env_id: str = "game:Sudoku-v0-easy") -> TrainConfig:
+    """GEM's game recipe: Qwen3-1.7B-Base, ReBN, gamma 0.9, dense per-turn rewards, chat-history view."""
+    return TrainConfig(
+        run_dir="runs/qwen3-1.7b-games",
+        steps=500,
+        algorithm="rebn",
+        gamma=0.9,
+        episodes_per_step=128,
+        env=EnvConfig(env_id=env_id, num_envs=128, backend="thread"),
+        model=ModelSpec(path=model_path, dtype="bfloat16", param_dtype="bfloat16", remat=True),
+        rollout=RolloutConfig(view="chat", num_groups=2, max_new_tokens=512, max_episode_tokens=8192,
+                              temperature=1.0),
+        learner=LearnerConfig(policy_loss="ppo", lr=1e-6, max_grad_norm=1.0, minibatches=4, micro_batch_size=8),
+        mesh=MeshConfig(data=1, fsdp=-1, tensor=1),
+        eval_every=25,
+        eval_episodes=128,
+        checkpoint_every=25,
+    )
+
+
+def qwen3_4b_math_python(
+    model_path: str = "/path/to/Qwen3-4B-Base", data_path: str = "/path/to/math.jsonl"
+) -> TrainConfig:
+    """Math with the Python tool (GEM's math + python_tool recipe), ReBN with gamma 1."""
+    return TrainConfig(
+        run_dir="runs/qwen3-4b-math-python",
+        steps=500,
+        algorithm="rebn",
+        gamma=1.0,
+        episodes_per_step=128,
+        env=EnvConfig(env_id="math:Orz57K", env_kwargs={"path": data_path, "tools": "python"}, num_envs=128,
+                      backend="thread", step_timeout=30.0),
+        model=ModelSpec(path=model_path, dtype="bfloat16", param_dtype="bfloat16", remat=True),
+        rollout=RolloutConfig(view="chat", max_new_tokens=2048, max_episode_tokens=8192),
+        learner=LearnerConfig(policy_loss="ppo", lr=1e-6, minibatches=4, micro_batch_size=8),
+        mesh=MeshConfig(data=1, fsdp=-1, tensor=1),
+        eval_every=25,
+    )
+
+
+def scaling_inter(model_path: str = "/path/to/Qwen3-1.7B-Base") -> TrainConfig:
+    """AgentGym-RL's ScalingInter-RL on BabyAI: the turn horizon grows 5 -> 10 -> 20."""
+    base = qwen3_1p7b_games(model_path, env_id="agentgym:babyai")
+    return dataclasses.replace(
+        base, run_dir="runs/scaling-inter", algorithm="grpo", group_size=8,
+        curriculum=CurriculumConfig(horizons=(5, 10, 20), stage_steps=100),
+    )
+
+
+PRESETS = {
+    "tiny": (tiny.__doc__.splitlines()[0], tiny()),
+    "qwen3-1.7b-games": (qwen3_1p7b_games.__doc__.splitlines()[0], qwen3_1p7b_games()),
+    "qwen3-4b-math-python": (qwen3_4b_math_python.__doc__.splitlines()[0], qwen3_4b_math_python()),
+    "scaling-inter": (scaling_inter.__doc__.splitlines()[0], scaling_inter()),
+}

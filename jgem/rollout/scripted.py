@@ -1,0 +1,83 @@
+"""Episodes played by a scripted agent, tokenised exactly as the collector would: warm-start data.
+
+A game's reference solver (`jgem.envs.games.solvers`) plays; with probability `epsilon` a turn is a
+random legal action instead (a weaker teacher, so RL has room to improve on the warm start). Actions
+become `ChatFormat.action_ids(text)` (canonical tokens plus the end-of-turn token) and the prompts grow
+through the same `first_prompt`/`next_prompt` as the collector's, so supervised warm start and RL see
+one token layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from jgem.core import Env, Wrapper
+from jgem.envs.games.solvers import solver_for
+from jgem.models.tokenizer import ChatFormat
+from jgem.registry import make
+from jgem.rollout.collector import EpisodeSpec, View, first_prompt, next_prompt, wrappers_for_view
+from jgem.rollout.episode import Episode, Transition
+
+
+class _Tap(Wrapper):
+    """Remembers the raw observation and info under the view wrapper (what the solver reads)."""
+
+    def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        self.last = self.env.reset(seed=seed)
+        return self.last
+
+    def step(self, action: str):
+        out = self.env.step(action)
+        self.last = (out[0], out[4])
+        return out
+
+
+def scripted_episodes(
+    env_id: str,
+    specs: Sequence[EpisodeSpec],
+    chat: ChatFormat,
+    *,
+    view: View = "chat",
+    max_turns: int = 100,
+    epsilon: float = 0.0,
+    seed: int = 0,
+    env_kwargs: dict | None = None,
+    system_prompt: str | None = None,
+) -> list[Episode]:
+    """Play `specs` with the scripted solver of `env_id`; log-probs are 0 (the teacher is not the model)."""
+    rng = np.random.default_rng(seed)
+    raw: Env = make(env_id, **(env_kwargs or {}))
+    tap = _Tap(raw)
+    env: Env = tap
+    for w in wrappers_for_view(view, system_prompt):
+        env = w(env)
+    episodes = []
+    for spec in specs:
+        solver = solver_for(env_id)
+        obs, info = env.reset(seed=spec.seed)
+        solver.reset(*tap.last, raw)
+        prompt, num_messages = first_prompt(chat, view, obs)
+        transitions: list[Transition] = []
+        done = truncated = False
+        while not done:
+            text = solver.act(*tap.last, raw)
+            if epsilon > 0 and rng.random() < epsilon:
+                text = raw.sample_random_action()
+            ids = chat.action_ids(text)
+            obs, reward, terminated, truncated, info = env.step(text)
+            transitions.append(
+                Transition(spec.episode_id, len(transitions), np.asarray(prompt, np.int32), ids,
+                           np.zeros(len(ids), np.float32), reward)
+            )
+            done = terminated or truncated
+            if not done and len(transitions) >= max_turns:
+                done = truncated = True
+            if not done:
+                prompt, num_messages = next_prompt(chat, view, prompt, num_messages, ids, obs)
+        episodes.append(Episode(spec.episode_id, spec.group_id, env_id, spec.seed, transitions,
+                                success=bool(info.get("success", False)), truncated=truncated))
+    env.close()
+    return episodes

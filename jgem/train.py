@@ -1,0 +1,405 @@
+"""The training loop: collect -> returns and advantages -> pack -> update -> log -> checkpoint -> evaluate.
+
+`Trainer(cfg).run()` resumes from `cfg.run_dir` when it holds a checkpoint. Every step is a function of
+(params, optimizer state, step) only: the episode seeds and the sampling key are derived from the step,
+the curriculum is a function of the step, and no episode is in flight between steps. So a run killed at
+any moment and resumed from its last checkpoint ends with the same params as one never interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jgem.algos.advantages import compute_advantages
+from jgem.algos.learner import TrainState, init_train_state, token_logprobs, update
+from jgem.algos.types import TrainBatch
+from jgem.config import TrainConfig, validate
+from jgem.curriculum import Curriculum
+from jgem.envs.pool import EnvPool
+from jgem.models.config import ModelConfig, preset
+from jgem.models.hf import load_pretrained
+from jgem.models.sampler import Sampler
+from jgem.models.tokenizer import ChatFormat, load_tokenizer
+from jgem.models.transformer import Transformer
+from jgem.rollout.batch import build_batch
+from jgem.rollout.collector import Collector, EpisodeSpec, SamplerPolicy, wrappers_for_view
+from jgem.rollout.episode import Episode, turn_arrays
+from jgem.sharding.mesh import batch_axis_size, make_mesh
+from jgem.sharding.rules import shard_batch
+
+EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
+MAX_TURNS_CAP = 1000  # with no curriculum, the env's own limit applies; this only bounds a runaway env
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def episode_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
+    if not episodes:
+        return {}
+    return {
+        f"{prefix}/success_rate": float(np.mean([e.success for e in episodes])),
+        f"{prefix}/return": float(np.mean([e.episode_return for e in episodes])),
+        f"{prefix}/turns": float(np.mean([e.num_turns for e in episodes])),
+        f"{prefix}/action_tokens": float(np.mean([e.num_action_tokens for e in episodes])),
+        f"{prefix}/faults": float(sum(e.fault is not None for e in episodes)),
+    }
+
+
+class Trainer:
+    """Builds everything a run needs from a `TrainConfig`; `run()` trains and returns the final summary."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        validate(cfg, jax.device_count())
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir)
+        self.mesh = make_mesh(cfg.mesh)
+        self.curriculum = Curriculum(cfg.curriculum.horizons, cfg.curriculum.stage_steps) if cfg.curriculum.horizons \
+            else Curriculum.constant(MAX_TURNS_CAP)
+
+        tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path)
+        system = cfg.env.system_prompt if cfg.rollout.view == "per_turn" else None
+        self.chat = ChatFormat(tokenizer, system=system)
+        model, critic, self.model_cfg = self._build_models(tokenizer)
+        self.state: TrainState = init_train_state(model, cfg.learner, self.mesh, critic=critic, seed=cfg.seed)
+        # The frozen reference policy for KL penalties is the initial policy.
+        self.ref_params = jax.tree.map(jnp.copy, self.state.params) if cfg.learner.kl_coef > 0 else None
+        self.sampler = Sampler(self.model_cfg, eos_ids=self.chat.stop_token_ids, pad_id=self.chat.pad_id,
+                               mesh=self.mesh if jax.process_count() == 1 else None)
+        self.pool = EnvPool(
+            cfg.env.env_id, cfg.env.num_envs, backend=cfg.env.backend, num_workers=cfg.env.num_workers,
+            step_timeout=cfg.env.step_timeout, env_kwargs=dict(cfg.env.env_kwargs),
+            wrappers=wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt),
+            remote_urls=cfg.env.remote_urls, remote_token=cfg.env.remote_token,
+        )
+        self.collector = Collector(self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id)
+        self.adv_name = "gae" if cfg.algorithm == "ppo" else cfg.algorithm
+        self._adv = jax.jit(self._advantages)
+        self._values = jax.jit(self._critic_values)
+        self._ref_logprobs = jax.jit(self._reference_logprobs)
+        self.batch_divisor = cfg.learner.minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
+        self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
+
+    # -- construction ------------------------------------------------------------------------------
+
+    def _build_models(self, tokenizer) -> tuple[Transformer, Transformer | None, ModelConfig]:
+        cfg = self.cfg
+        ppo = cfg.algorithm == "ppo"
+        dt = dict(dtype=cfg.model.dtype, param_dtype=cfg.model.param_dtype)
+        if cfg.model.path is not None:
+            model, mcfg = load_pretrained(cfg.model.path, mesh=self.mesh, **dt)
+            critic = None
+            if ppo:
+                critic, _ = load_pretrained(cfg.model.path, mesh=self.mesh, value_head=True, **dt)
+        else:
+            mcfg = preset(cfg.model.preset, remat=cfg.model.remat, **dt)
+            if len(tokenizer) > mcfg.vocab_size:
+                raise ValueError(f"tokenizer has {len(tokenizer)} tokens but preset {cfg.model.preset!r} has "
+                                 f"vocab_size {mcfg.vocab_size}; use a matching tokenizer or preset")
+            model = Transformer(mcfg, rngs=nnx.Rngs(cfg.seed))
+            critic = None
+            if ppo:
+                critic = Transformer(mcfg, rngs=nnx.Rngs(cfg.seed + 1), value_head=True)
+                if cfg.critic_from_policy:
+                    nnx.update(critic, nnx.state(model, nnx.Param))
+        return model, critic, mcfg
+
+    # -- device functions (jitted in __init__) -------------------------------------------------------
+
+    def _advantages(self, rewards, turn_mask, group_ids, values):
+        out = compute_advantages(self.adv_name, rewards, turn_mask, group_ids=group_ids, values=values,
+                                 gamma=self.cfg.gamma, lam=self.cfg.lam)
+        return out.advantages, out.returns
+
+    def _critic_values(self, state: TrainState, tokens, positions, segment_ids):
+        critic = nnx.merge(state.critic_graphdef, state.critic_params, state.critic_state)
+        h, _ = critic.hidden(tokens, positions, segment_ids=segment_ids)
+        return critic.value(h)
+
+    def _reference_logprobs(self, state: TrainState, ref_params, tokens, positions, segment_ids):
+        ref = nnx.merge(state.graphdef, ref_params, state.model_state)
+        return token_logprobs(ref, tokens, positions, segment_ids)[0]
+
+    # -- one step ----------------------------------------------------------------------------------
+
+    def specs(self, step: int, *, eval: bool = False) -> list[EpisodeSpec]:
+        """The episodes of a step: groups of `group_size` episodes share a seed (one start state)."""
+        cfg = self.cfg
+        n = cfg.eval_episodes if eval else cfg.episodes_per_step
+        g = 1 if eval else cfg.group_size
+        proc = jax.process_index()
+        base = (EVAL_SEED_OFFSET if eval else 0) + cfg.seed * 7_919_000 + (0 if eval else step * n) + proc * 10**8
+        return [EpisodeSpec(episode_id=i, group_id=proc * n + i // g, seed=base + i // g) for i in range(n)]
+
+    def collect(self, step: int, *, eval: bool = False) -> list[Episode]:
+        cfg = self.cfg
+        rollout = dataclasses.replace(cfg.rollout, greedy=cfg.eval_greedy) if eval else cfg.rollout
+        self.collector.cfg = rollout
+        policy = SamplerPolicy(self.sampler, self._policy_for_sampling(), rollout)
+        key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
+        try:
+            return self.collector.collect(policy, self.specs(step, eval=eval), key,
+                                          max_turns=self.curriculum.max_turns(step))
+        finally:
+            self.collector.cfg = cfg.rollout
+
+    def _policy_for_sampling(self):
+        model = self.state.model()
+        if jax.process_count() == 1:
+            return model
+        # Multi-host: each process samples its own episodes on its local devices with a full copy of the
+        # weights (collectives inside the decode loop would deadlock when hosts finish at different times).
+        from jax.experimental import multihost_utils
+
+        graphdef, st = nnx.split(model)
+        return graphdef, jax.tree.map(jnp.asarray, multihost_utils.process_allgather(st, tiled=True))
+
+    def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
+        """Advantages (global across processes) and packing into a fixed-shape, sharded TrainBatch."""
+        cfg = self.cfg
+        episodes = [e for e in episodes if e.fault is None and e.num_turns > 0]
+        if not episodes:
+            raise RuntimeError("every episode of this step faulted; check the env (see rollout/faults)")
+        K = _pow2(max(e.num_turns for e in episodes))
+        K = int(self._allgather_max(K))
+        E = int(self._allgather_max(len(episodes)))
+        arrays = turn_arrays(episodes, num_turns=K, num_rows=E)
+        metrics: dict[str, float] = {}
+        values = returns = None
+        if sft:
+            adv = arrays["turn_mask"].astype(np.float32)
+        else:
+            critic = self.state.critic_params is not None
+            if critic:
+                arrays["values"] = self._turn_values(episodes, K, E)
+            gathered = self._allgather_rows(arrays)
+            adv, ret = self._adv(
+                jnp.asarray(gathered["rewards"]), jnp.asarray(gathered["turn_mask"]),
+                jnp.asarray(gathered["group_ids"]), jnp.asarray(gathered["values"]) if critic else None,
+            )
+            rows = self._local_rows(E)
+            adv, ret = np.asarray(adv)[rows], np.asarray(ret)[rows]
+            if critic:
+                values, returns = arrays["values"], ret
+        packed = build_batch(episodes, adv[: len(episodes)], view=cfg.rollout.view, pad_id=self.chat.pad_id,
+                             buckets=cfg.batch_buckets, batch_divisor=self.batch_divisor,
+                             returns=None if returns is None else returns[: len(episodes)],
+                             values=None if values is None else values[: len(episodes)])
+        metrics |= packed.metrics
+        host = self._pad_rows(packed.arrays)
+        batch = TrainBatch(**shard_batch(host, self.mesh))
+        if self.ref_params is not None and not sft:
+            batch = batch.replace(ref_logprobs=self._ref_logprobs(self.state, self.ref_params, batch.tokens,
+                                                                  batch.positions, batch.segment_ids))
+        return batch, metrics
+
+    def _turn_values(self, episodes: list[Episode], K: int, E: int) -> np.ndarray:
+        """Critic values at the last prompt token of every turn, [E, K] (PPO)."""
+        zeros = np.zeros((len(episodes), K), np.float32)
+        packed = build_batch(episodes, zeros, view=self.cfg.rollout.view, pad_id=self.chat.pad_id,
+                             buckets=self.cfg.batch_buckets, batch_divisor=self.batch_divisor,
+                             returns=zeros, values=zeros)
+        host = self._pad_rows(packed.arrays)
+        b = shard_batch({k: host[k] for k in ("tokens", "positions", "segment_ids")}, self.mesh)
+        v = np.asarray(self._values(self.state, b["tokens"], b["positions"], b["segment_ids"]))
+        vmask = host["value_mask"]
+        out = np.zeros((E, K), np.float32)
+        for seg, (r, s, n) in zip(packed.segments, packed.placement):
+            idx = np.flatnonzero(vmask[r, s : s + n]) + s
+            out[seg.episode, list(seg.turns)] = v[r, idx]
+        return out
+
+    def _pad_rows(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Rows to a power-of-two multiple of the divisor (and the same shape on every process), so the
+        update compiles for a handful of shapes only."""
+        B, T = arrays["tokens"].shape
+        d = self.batch_divisor
+        rows = _pow2(math.ceil(B / d)) * d
+        rows, T2 = int(self._allgather_max(rows)), int(self._allgather_max(T))
+        return {k: np.pad(v, [(0, rows - B), (0, T2 - T)]) for k, v in arrays.items()}
+
+    # -- multi-process helpers (no-ops in one process) -----------------------------------------------
+
+    @staticmethod
+    def _allgather_max(x: int) -> int:
+        if jax.process_count() == 1:
+            return x
+        from jax.experimental import multihost_utils
+
+        return int(np.max(multihost_utils.process_allgather(np.int64(x))))
+
+    @staticmethod
+    def _allgather_rows(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if jax.process_count() == 1:
+            return arrays
+        from jax.experimental import multihost_utils
+
+        return {k: np.asarray(multihost_utils.process_allgather(v, tiled=True)) for k, v in arrays.items()}
+
+    @staticmethod
+    def _local_rows(E: int) -> slice:
+        p = jax.process_index() if jax.process_count() > 1 else 0
+        return slice(p * E, (p + 1) * E)
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def train_step(self, step: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        episodes = self.collect(step)
+        t1 = time.perf_counter()
+        batch, metrics = self.make_batch(episodes)
+        self.state, m = update(self.state, batch)
+        m = {f"train/{k}": float(v) for k, v in jax.device_get(m).items()}
+        t2 = time.perf_counter()
+        self.host["episodes"] += len(episodes)
+        metrics |= m | episode_metrics(episodes, "rollout") | self.collector.stats.as_metrics()
+        metrics |= {
+            "time/collect_s": t1 - t0, "time/update_s": t2 - t1,
+            "rollout/max_turns": float(self.curriculum.max_turns(step)),
+            "curriculum/stage": float(self.curriculum.stage(step)),
+            "compile/sampler": float(self.sampler.num_compilations),
+            "compile/update": float(update._cache_size()),
+            "pool/faults_total": float(self.pool.num_faults),
+        }
+        return metrics
+
+    def warm_start(self, log) -> None:
+        """Supervised steps on a scripted teacher's games (cross-entropy on its action tokens)."""
+        from jgem.rollout.scripted import scripted_episodes
+
+        ws = self.cfg.warm_start
+        rl_cfg = self.state.cfg
+        self.state = self.state.replace(cfg=dataclasses.replace(rl_cfg, lr=ws.lr, policy_loss="reinforce"))
+        for s in range(ws.steps):
+            specs = [EpisodeSpec(i, i, 10**9 * 3 + s * ws.episodes_per_step + i) for i in range(ws.episodes_per_step)]
+            eps = scripted_episodes(self.cfg.env.env_id, specs, self.chat, view=self.cfg.rollout.view,
+                                    max_turns=self.curriculum.max_turns(0), epsilon=ws.epsilon, seed=s,
+                                    env_kwargs=dict(self.cfg.env.env_kwargs), system_prompt=self.cfg.env.system_prompt)
+            batch, _ = self.make_batch(eps, sft=True)
+            self.state, m = update(self.state, batch)
+            log(s, {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")})
+        self.state = self.state.replace(cfg=rl_cfg)
+        self.host["warm_start_done"] = True
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        return episode_metrics(self.collect(step, eval=True), "eval")
+
+    def run(self) -> dict[str, Any]:
+        from jgem.checkpoint import CheckpointConfig, Checkpointer
+        from jgem.metrics import MetricsLogger, plot_curves
+
+        cfg = self.cfg
+        primary = jax.process_index() == 0
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt = Checkpointer(
+            CheckpointConfig(str(self.run_dir / "checkpoints"), keep_last=cfg.keep_checkpoints,
+                             best_metric="eval/success_rate" if cfg.eval_every else None),
+            run_config=cfg, ignore_fields=("steps", "resume", "plot", "console", "eval_every", "eval_episodes",
+                                           "checkpoint_every", "keep_checkpoints"),
+        )
+        logger = MetricsLogger(self.run_dir, console=cfg.console and primary, jsonl=primary, tensorboard=primary,
+                               console_keys=CONSOLE_KEYS, console_every=max(1, cfg.steps // 20))
+        summary: dict[str, Any] = {}
+        progress = _Progress(cfg.steps, enabled=cfg.console and primary)
+        try:
+            restored = ckpt.restore_latest(self.state) if cfg.resume else None
+            if restored is not None:
+                self.state = restored.state
+                self.host = {k: v for k, v in restored.host.items() if k not in ("config", "config_fingerprint")}
+                progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}")
+            else:
+                (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
+                if cfg.eval_every:
+                    summary["initial_eval"] = self.evaluate(0)
+                    logger.log(0, summary["initial_eval"])
+            if not self.host["warm_start_done"]:
+                self.warm_start(lambda s, m: logger.log(0, m))
+                if cfg.eval_every:
+                    summary["warm_start_eval"] = self.evaluate(0)
+                    logger.log(0, summary["warm_start_eval"])
+                ckpt.save(0, self.state, self.host, metrics=summary.get("warm_start_eval"))
+            last_eval = summary.get("warm_start_eval", summary.get("initial_eval", {}))
+            progress.start(self.host["step"])
+            for step in range(self.host["step"], cfg.steps):
+                metrics = self.train_step(step)
+                self.host["step"] = step + 1
+                evaluated = bool(cfg.eval_every) and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps)
+                if evaluated:
+                    last_eval = self.evaluate(step + 1)
+                    metrics |= last_eval
+                logger.log(step + 1, metrics)
+                progress.advance(metrics)
+                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+                    ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
+            ckpt.wait()
+            summary["final_eval"] = last_eval
+            summary["steps"] = cfg.steps
+            logger.close()
+            if cfg.plot and primary and cfg.steps:
+                keys = ["rollout/success_rate", "rollout/turns", "rollout/return"]
+                if cfg.eval_every:
+                    keys += ["eval/success_rate", "eval/turns"]
+                summary["plot"] = str(plot_curves(logger.jsonl_path, self.run_dir / "curves.png", keys,
+                                                  title=f"{cfg.algorithm} on {cfg.env.env_id}"))
+        finally:
+            progress.stop()
+            ckpt.close()
+            logger.close()
+            self.pool.close()
+        if primary:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        return summary
+
+
+CONSOLE_KEYS = ("warm/loss", "warm/teacher/success_rate", "rollout/success_rate", "rollout/return", "rollout/turns", "eval/success_rate", "eval/turns",
+                "train/loss", "train/entropy", "train/grad_norm", "batch/padding_frac", "time/collect_s",
+                "time/update_s")
+
+
+class _Progress:
+    """A rich progress bar with step, ETA and the latest reward (console only)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled, self._bar, self._task = total, enabled, None, None
+
+    def start(self, done: int) -> None:
+        if not self.enabled or done >= self.total:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                             TextColumn("{task.fields[info]}"), transient=False)
+        self._task = self._bar.add_task("train", total=self.total, completed=done, info="")
+        self._bar.start()
+
+    def advance(self, metrics: dict[str, float]) -> None:
+        if self._bar is not None:
+            info = f"return {metrics.get('rollout/return', float('nan')):.3f}  " \
+                   f"success {metrics.get('rollout/success_rate', float('nan')):.2f}"
+            self._bar.update(self._task, advance=1, info=info)
+
+    def note(self, text: str) -> None:
+        if self.enabled:
+            from rich.console import Console
+
+            Console(stderr=True).print(text)
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    return Trainer(cfg).run()
