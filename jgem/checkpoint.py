@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
 
@@ -103,6 +104,18 @@ def config_diff(saved: dict[str, Any], current: dict[str, Any], ignore: tuple[st
         if a != b:
             lines.append(f"{key}: checkpoint={a!r} now={b!r}")
     return lines
+
+
+def rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    """A JSON-able snapshot of a numpy Generator (e.g. the collector's), for the host state."""
+    return rng.bit_generator.state
+
+
+def rng_from_state(state: dict[str, Any]) -> np.random.Generator:
+    """The Generator `rng_state` captured, continuing its stream exactly."""
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
 
 
 class Checkpointer:

@@ -24,6 +24,8 @@ from jgem.checkpoint import (
     config_diff,
     config_fingerprint,
     flatten_config,
+    rng_from_state,
+    rng_state,
 )
 
 
@@ -75,6 +77,16 @@ def test_round_trip_and_host_state(tmp_path):
     assert r.host["config_fingerprint"] == config_fingerprint(RunCfg())
     with pytest.raises(TypeError, match="JSON"), Checkpointer(CheckpointConfig(str(tmp_path / "x"))) as ck:
         ck.save(0, make_state(0), {"bad": np.zeros(2)})
+
+
+def test_collector_rng_survives_a_checkpoint(tmp_path):
+    rng = np.random.default_rng(123)
+    rng.integers(10, size=5)
+    with Checkpointer(CheckpointConfig(str(tmp_path))) as ck:
+        ck.save(0, make_state(0), {"collector_rng": rng_state(rng)})
+        ck.wait()
+        resumed = rng_from_state(ck.restore_latest(make_state(0)).host["collector_rng"])
+    np.testing.assert_array_equal(resumed.integers(1 << 30, size=8), rng.integers(1 << 30, size=8))
 
 
 def test_keep_last_k(tmp_path):
