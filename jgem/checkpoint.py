@@ -185,7 +185,8 @@ class Checkpointer:
             host_doc = json.loads(json.dumps(host_doc))
         except TypeError as e:
             raise TypeError(f"host state must be JSON-serialisable ({e}); convert arrays with .tolist()") from e
-        metrics = {k: float(v) for k, v in metrics.items()} if metrics else None
+        # non-finite values would poison the best-step ranking
+        metrics = {k: float(v) for k, v in (metrics or {}).items() if math.isfinite(float(v))} or None
         return self._manager.save(
             int(step),
             args=ocp.args.Composite(state=ocp.args.StandardSave(state), host=ocp.args.JsonSave(host_doc)),

@@ -101,12 +101,12 @@ def test_keep_last_k(tmp_path):
 
 def test_keep_best_by_metric(tmp_path):
     cfg = CheckpointConfig(str(tmp_path), keep_last=1, keep_best=1, best_metric="eval/success")
-    scores = {0: 0.1, 1: 0.9, 2: 0.3, 3: None, 4: 0.5}
+    scores = {0: 0.1, 1: 0.9, 2: 0.3, 3: None, 4: 0.5, 5: float("nan")}
     with Checkpointer(cfg) as ck:
         for s, v in scores.items():
             ck.save(s, make_state(s), {}, metrics=None if v is None else {"eval/success": v, "eval/len": 3.0})
         ck.wait()
-        assert ck.all_steps() == [1, 4]  # the best and the latest
+        assert ck.all_steps() == [1, 5]  # the best and the latest (a NaN score does not rank)
         assert ck.best_step() == 1
         assert_tree_equal(ck.restore_best(make_state(0)).state, make_state(1))
     cfg_min = dataclasses.replace(cfg, directory=str(tmp_path / "min"), best_mode="min")
@@ -114,7 +114,7 @@ def test_keep_best_by_metric(tmp_path):
         for s, v in scores.items():
             ck.save(s, make_state(s), {}, metrics=None if v is None else {"eval/success": v})
         ck.wait()
-        assert ck.best_step() == 0 and ck.all_steps() == [0, 4]
+        assert ck.best_step() == 0 and ck.all_steps() == [0, 5]
 
 
 def test_sharded_state_restores_onto_target_shardings(tmp_path):
