@@ -10,7 +10,6 @@ batch, send actions, reset finished envs with fresh seeds, read `info["episode"]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -22,7 +21,7 @@ from rich.table import Table
 
 from jgem.core import Env, StepResult, Wrapper
 from jgem.envs.games import GAME_IDS
-from jgem.envs.games.solvers import _MODULES, game_name, solver_for
+from jgem.envs.games.solvers import solver_for
 from jgem.envs.pool import EnvPool
 from jgem.envs.wrappers import EpisodeStatistics
 
@@ -115,14 +114,11 @@ def main() -> None:
         table.add_column(f"{who} win", justify="right")
         table.add_column(f"{who} turns", justify="right")
         table.add_column(f"{who} return", justify="right")
-    missing, faults = [], 0
+    faults = 0
     seeds = list(range(args.seeds))
     t0 = time.perf_counter()
     for env_id in GAME_IDS:
         if args.only not in env_id:
-            continue
-        if importlib.util.find_spec(f"jgem.envs.games.{_MODULES[game_name(env_id)]}") is None:
-            missing.append(env_id)
             continue
         row = [env_id]
         for agent in ("solver", "random"):
@@ -131,8 +127,6 @@ def main() -> None:
             row += [f"{s.win_rate:.0%}", f"{s.mean_turns:.1f}", f"{s.mean_return:+.2f}"]
         table.add_row(*row)
     console.print(table)
-    if missing:
-        console.print(f"[yellow]skipped (module not there yet): {', '.join(missing)}[/yellow]")
     console.print(f"{len(table.rows)} ids, {faults} env faults, {time.perf_counter() - t0:.1f}s")
 
 

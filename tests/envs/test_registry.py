@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -47,8 +46,6 @@ def test_bad_kwargs_name_the_nearest_parameters(counter_id: str) -> None:
 
 
 def test_bad_game_kwargs() -> None:
-    if importlib.util.find_spec("jgem.envs.games.guess_the_number") is None:
-        pytest.skip("GuessTheNumber has not landed yet")
     with pytest.raises(TypeError, match=r"'max_turn'; did you mean 'max_turns'"):
         jgem.make("game:GuessTheNumber-v0-easy", max_turn=3)
 
