@@ -1,6 +1,7 @@
 """2048: GEM rules and log2 progress rewards, reachability bound, expectimax solver, robustness, cloning."""
 
 import math
+import random
 
 import pytest
 
@@ -125,3 +126,27 @@ def test_random_agent_and_clone():
         assert act == b.sample_random_action()
         assert a.step(act) == b.step(act)
     assert a.reset() == b.reset()
+
+
+def test_matches_gem_step_for_step():
+    gem_2048 = pytest.importorskip("gem.envs.game_env.game_2048")
+    state = random.getstate()
+    try:
+        for episode in range(6):
+            ours = jgem.make(IDS[3] if episode % 2 else IDS[0])
+            ours.reset(seed=episode)
+            ref = gem_2048.Game2048Env(target_tile=ours.target_tile, max_turns=ours.max_turns)
+            ref.board = [r[:] for r in ours.board]
+            ref.max_tile_achieved = ref.init_max_tile_achieved = ours.init_max_tile_achieved
+            # GEM spawns from global `random`: make its spawn the tile ours just placed.
+            ref._add_random_tile = lambda ref=ref, ours=ours: setattr(ref, "board", [r[:] for r in ours.board])
+            solver = solver_for(IDS[0])
+            for turn in range(ours.max_turns):
+                action = solver.act("", {}, ours) if turn % 3 else ours.sample_random_action().upper()
+                mine, theirs = ours.step(action), ref.step(action)
+                assert mine[1] == pytest.approx(theirs[1]) and mine[2:4] == theirs[2:4], action
+                if mine[2]:
+                    break
+            assert ours.board == ref.board
+    finally:
+        random.setstate(state)

@@ -149,3 +149,32 @@ def test_random_agent_and_clone():
         assert act == b.sample_random_action()
         assert a.step(act) == b.step(act)
     assert a.reset() == b.reset() and a.render() == b.render()
+
+
+def test_matches_gem_step_for_step():
+    gem_sokoban = pytest.importorskip("gem.envs.game_env.sokoban")
+    state = (random.getstate(), np.random.get_state())
+    try:
+        ref = gem_sokoban.SokobanEnv(dim_room=(6, 6), num_boxes=1, max_turns=20)
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+    for episode in range(12):
+        ours = jgem.make(IDS[0])
+        ours.reset(seed=episode)
+        ref.room_fixed, ref.room_state = ours.room_fixed.copy(), ours.room_state
+        ref.player_position, ref.num_boxes = np.array(ours.player), ours.num_boxes
+        ref.max_turns, ref.turn_count = ours.max_turns, 0
+        plan = solve(ours.room_fixed, ours.boxes, ours.player)
+        for turn in range(ours.max_turns):
+            if episode % 2 and plan:
+                action = f"\\boxed{{{plan.pop(0)}}}"  # solved episodes
+            elif episode == 4 and turn == 3:
+                action = "\\boxed{north}"
+            else:
+                action = ours.sample_random_action()
+            mine, theirs = ours.step(action), ref.step(action)
+            assert mine[1] == pytest.approx(theirs[1]) and mine[2:4] == theirs[2:4], action
+            if mine[2]:
+                break
+        assert (ours.room_state == ref.room_state).all()

@@ -168,3 +168,33 @@ def test_random_agent_and_clone():
     a.board[0][0] = -1  # no aliasing between clones
     assert b.board[0][0] != -1
     assert a.reset() == b.reset()
+
+
+def test_matches_gem_step_for_step():
+    gem_sudoku = pytest.importorskip("gem.envs.game_env.sudoku")
+    state = random.getstate()
+    try:
+        for seed in range(4):
+            ours = jgem.make(IDS[seed % 2])
+            ours.reset(seed=seed)
+            ref = gem_sudoku.SudokuEnv(clues=10, max_turns=15, scale=4)  # a cheap puzzle, then ours
+            ref.clues, ref.max_turns, ref.scale = ours.clues, ours.max_turns, ours.scale
+            ref.board, ref.full_grid = [r[:] for r in ours.board], [r[:] for r in ours.solution]
+            ref.init_num_empty, ref.turn_count = ours.init_num_empty, 0
+            rng = np.random.default_rng(seed)
+            for turn in range(ours.max_turns):
+                empty = _empty_cells(ours)
+                if rng.random() < 0.5 and empty:
+                    r, c = empty[int(rng.integers(len(empty)))]
+                    action = f"\\boxed{{{r + 1} {c + 1} {ours.solution[r][c]}}}"
+                elif turn == 30:
+                    action = "\\boxed{1, 2, 3}"  # a format error
+                else:
+                    action = ours.sample_random_action().replace("\\boxed{1 ", "\\boxed{0 ")
+                mine, theirs = ours.step(action), ref.step(action)
+                assert mine[1] == pytest.approx(theirs[1]) and mine[2:4] == theirs[2:4], action
+                if mine[2]:
+                    break
+            assert ours.board == ref.board
+    finally:
+        random.setstate(state)

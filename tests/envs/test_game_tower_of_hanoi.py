@@ -1,5 +1,6 @@
 """Tower of Hanoi: GEM rules and rewards, optimal solver, robustness and cloning."""
 
+import numpy as np
 import pytest
 
 import jgem
@@ -100,3 +101,25 @@ def test_random_agent_and_clone():
     a.board["A"].append(0)
     assert b.board["A"][-1:] != [0]
     assert a.reset() == b.reset()
+
+
+def test_matches_gem_step_for_step():
+    gem_hanoi = pytest.importorskip("gem.envs.game_env.tower_of_hanoi")
+    rng = np.random.default_rng(0)
+    for episode in range(20):
+        ours = jgem.make(IDS[2])
+        ours.reset(seed=episode)
+        ref = gem_hanoi.TowerofHanoiEnv(num_disks=ours.num_disks, max_turns=ours.max_turns)
+        for turn in range(ours.max_turns):
+            src, dst = rng.choice(list("ABCab"), size=2)
+            action = rng.choice([f"\\boxed{{{src} {dst}}}", f"\\boxed{{{src},{dst}}}", f"x \\boxed{{{src}{dst}}}"])
+            if episode % 5 == 4 and turn == 6:
+                action = "\\boxed{A to C}"
+            elif rng.random() < 0.4:
+                src, dst = plan(ours.board)[0]
+                action = f"\\boxed{{{src} {dst}}}"
+            mine, theirs = ours.step(action), ref.step(action)
+            assert mine[1] == pytest.approx(theirs[1]) and mine[2:4] == theirs[2:4], action
+            if mine[2]:
+                break
+        assert ours.board == ref.board
