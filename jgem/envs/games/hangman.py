@@ -49,7 +49,7 @@ class HangmanEnv(GameEnv):
             f"I have chosen a secret English word of {self.word_length} letters; each '_' on the board below is "
             "a letter you have not uncovered yet.\n"
             "Each turn, guess either one letter, for example \\boxed{E}, or the whole word, for example "
-            f"\\boxed{{{'HOUSES'[: self.word_length].ljust(self.word_length, 'S')}}}.\n"
+            f"\\boxed{{{load_words(self.word_length, common=True)[0].upper()}}}.\n"
             "A letter that is in the word is uncovered everywhere it occurs. You win by submitting the whole "
             "word correctly (uncovering every letter is not enough).\n"
             f"Guess one letter or one word per turn; you have {self.max_turns} turns.\n"

@@ -56,7 +56,7 @@ class WordleEnv(GameEnv):
         self.milestones: list[bool] = []
 
     def instructions(self) -> str:
-        example = "".join("abcdefghijkl"[: self.word_length]).upper()
+        example = load_words(self.word_length, common=True)[0].upper()  # a fixed, frequent word
         return (
             "Let's play Wordle.\n"
             f"I have chosen a secret English word of {self.word_length} letters. Find it in at most "

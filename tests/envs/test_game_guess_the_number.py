@@ -1,0 +1,92 @@
+"""GuessTheNumber: GEM's rules and rewards, move by move."""
+
+import math
+
+import pytest
+
+import jgem
+from jgem.envs.games.guess_the_number import Solver
+
+
+def game(target: int, variant: str = "easy", **kwargs) -> jgem.Env:
+    env = jgem.make(f"game:GuessTheNumber-v0-{variant}", **kwargs)
+    env.reset(seed=0)
+    env.target = target
+    return env
+
+
+def test_hints_invalid_moves_and_last_turn_score() -> None:
+    env = game(7)  # 1..10, 4 turns
+    obs, reward, terminated, truncated, info = env.step("my guess: \\boxed{5}")
+    assert (reward, terminated, truncated) == (0.0, False, False) and "higher than 5" in obs
+    assert info["suffix"] == "Enter your next guess."
+    # GEM calls a guess of 0 a format error and ends the game; jgem treats it as out of range.
+    obs, reward, terminated, truncated, _ = env.step("\\boxed{0}")
+    assert (reward, terminated, truncated) == (0.0, False, False) and "outside" in obs
+    obs, reward, terminated, truncated, _ = env.step("\\boxed{5}")
+    assert (reward, terminated, truncated) == (0.0, False, False) and "already" in obs
+    # last turn, wrong but in range: 1 - |9 - 7| / (10 - 1)
+    obs, reward, terminated, truncated, info = env.step("\\boxed{9}")
+    assert reward == pytest.approx(1 - 2 / 9)
+    assert (terminated, truncated, info["success"]) == (True, True, False)
+
+
+def test_last_turn_repeat_scores_distance_and_out_of_range_scores_zero() -> None:
+    env = game(2, max_turns=2)
+    env.step("\\boxed{10}")
+    _, reward, terminated, truncated, _ = env.step("\\boxed{10}")
+    assert (reward, terminated, truncated) == (pytest.approx(1 - 8 / 9), True, True)
+    env = game(2, max_turns=1)
+    assert env.step("\\boxed{11}")[1:4] == (0.0, True, True)
+
+
+def test_win_reads_the_last_boxed_number() -> None:
+    env = game(7)
+    obs, reward, terminated, truncated, info = env.step("\\boxed{3}... no, \\boxed{7}")
+    assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
+    assert "7" in obs
+
+
+@pytest.mark.parametrize("action", ["\\boxed{seven}", "7", "\\boxed{-3}", "\\boxed{ 7}", ""])
+def test_format_errors_end_the_game(action: str) -> None:
+    env = game(7)
+    _, reward, terminated, truncated, info = env.step(action)
+    assert (reward, terminated, truncated, info["success"]) == (-0.1, True, False, False)
+
+
+def test_format_error_on_the_last_turn_is_also_truncated() -> None:
+    env = game(7, max_turns=1)
+    assert env.step("no guess")[1:4] == (-0.1, True, True)
+
+
+def test_random_variant_draws_parameters_like_gem() -> None:
+    env = jgem.make("game:GuessTheNumber-v0-random")
+    seen = set()
+    for seed in range(60):
+        obs, _ = env.reset(seed=seed)
+        lo, hi = env.min_number, env.max_number
+        assert 1 <= lo <= 10 and lo + 5 <= hi <= lo + 50 and lo <= env.target <= hi
+        assert env.max_turns == math.ceil(math.sqrt(hi - lo)) + 1
+        assert f"from {lo} to {hi}" in obs and f"{env.max_turns} guesses" in obs
+        seen.add((lo, hi))
+    assert len(seen) > 30
+
+
+def test_solver_halves_the_range() -> None:
+    env = game(1, "hard")  # 1..50
+    solver = Solver()
+    obs, info = "", {}
+    solver.reset(obs, info, env)
+    guesses = []
+    for _ in range(6):
+        action = solver.act(obs, info, env)
+        guesses.append(int(action[7:-1]))
+        obs, _, terminated, _, info = env.step(action)
+        if terminated:
+            break
+    assert guesses == [25, 12, 6, 3, 1]
+
+
+def test_bad_parameters_are_rejected() -> None:
+    with pytest.raises(ValueError, match="greater than"):
+        jgem.make("game:GuessTheNumber-v0-easy", min_number=5, max_number=5)
