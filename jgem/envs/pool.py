@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
@@ -363,6 +364,8 @@ class EnvPool:
             self._backend = ProcessBackend(factory, num_envs, num_workers or _default_processes(num_envs), step_timeout)
         else:
             raise ValueError(f"unknown backend {backend!r}; choose 'inline', 'thread', 'process' or 'remote'")
+        # A pool dropped without close() still stops its threads and processes (at GC or exit).
+        self._finalizer = weakref.finalize(self, self._backend.close)
 
     # -- the async API --------------------------------------------------------------------------
 
@@ -439,7 +442,7 @@ class EnvPool:
         """Stop workers and close envs. Idempotent."""
         if not self._closed:
             self._closed = True
-            self._backend.close()
+            self._finalizer()
 
     def __enter__(self) -> EnvPool:
         return self

@@ -377,3 +377,55 @@ def test_remote_backend_round_robin() -> None:
         for srv, t in servers:
             srv.should_exit = True
             t.join(timeout=5)
+
+
+def _per_env_traces(backend: str) -> dict[int, list]:
+    """Each env's own trajectory under a random agent whose choices depend only on that env's history.
+
+    Random sleeps scramble arrival order in the async backends; the per-env story must not change.
+    """
+    rngs = [np.random.default_rng(100 + i) for i in range(8)]
+    episodes = [0] * 8
+    traces: dict[int, list] = {i: [] for i in range(8)}
+    with _pool(backend, 8, batch_size=3, env_kwargs={"horizon": 3}) as pool:
+        pool.reset(seeds=list(range(8)))
+        while pool.num_in_flight:
+            b = pool.recv()
+            for i, obs, rew, term, trunc, is_reset in zip(
+                b.env_ids.tolist(),
+                b.obs,
+                b.rewards.tolist(),
+                b.terminated.tolist(),
+                b.truncated.tolist(),
+                b.is_reset.tolist(),
+            ):
+                traces[i].append((obs, rew, term, trunc, is_reset))
+                if term:
+                    episodes[i] += 1
+                    if episodes[i] < 3:
+                        pool.reset([i], seeds=[int(rngs[i].integers(1000))])
+                    continue
+                pool.send([i], [f"sleep:{rngs[i].random() / 50:.3f}"])
+    return traces
+
+
+def test_backends_agree_per_env() -> None:
+    ref = _per_env_traces("inline")
+    assert all(len(t) == 3 * 4 for t in ref.values())  # 3 episodes of reset + 3 steps
+    assert len({t[1][0] for t in ref.values()}) == 8  # envs really differ
+    assert _per_env_traces("thread") == ref
+    assert _per_env_traces("process") == ref
+
+
+def test_dropped_pool_stops_its_threads() -> None:
+    import gc
+
+    baseline = len(_pool_threads())
+    pool = _pool("thread", 4)
+    assert len(_pool_threads()) == baseline + 4
+    del pool
+    gc.collect()
+    deadline = time.monotonic() + 3
+    while len(_pool_threads()) > baseline and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(_pool_threads()) == baseline
