@@ -128,6 +128,7 @@ def test_random_agent_and_clone():
     assert a.reset() == b.reset()
 
 
+@pytest.mark.slow  # imports GEM (seconds), once per process
 def test_matches_gem_step_for_step():
     gem_2048 = pytest.importorskip("gem.envs.game_env.game_2048")
     state = random.getstate()

@@ -151,6 +151,7 @@ def test_random_agent_and_clone():
     assert a.reset() == b.reset() and a.render() == b.render()
 
 
+@pytest.mark.slow  # imports GEM (seconds), once per process
 def test_matches_gem_step_for_step():
     gem_sokoban = pytest.importorskip("gem.envs.game_env.sokoban")
     state = (random.getstate(), np.random.get_state())

@@ -170,6 +170,7 @@ def test_random_agent_and_clone():
     assert a.reset() == b.reset()
 
 
+@pytest.mark.slow  # imports GEM (seconds), once per process
 def test_matches_gem_step_for_step():
     gem_sudoku = pytest.importorskip("gem.envs.game_env.sudoku")
     state = random.getstate()

@@ -103,6 +103,7 @@ def test_random_agent_and_clone():
     assert a.reset() == b.reset()
 
 
+@pytest.mark.slow  # imports GEM (seconds), once per process
 def test_matches_gem_step_for_step():
     gem_hanoi = pytest.importorskip("gem.envs.game_env.tower_of_hanoi")
     rng = np.random.default_rng(0)

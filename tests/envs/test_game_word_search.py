@@ -146,3 +146,38 @@ def test_random_agent_and_clone():
         assert act == b.sample_random_action()
         assert a.step(act) == b.step(act)
     assert a.reset() == b.reset()
+
+
+@pytest.mark.slow  # imports GEM (seconds), once per process
+def test_matches_gem_step_for_step():
+    gem_ws = pytest.importorskip("gem.envs.game_env.word_search")
+    rng = np.random.default_rng(0)
+    for episode in range(10):
+        ours = jgem.make(IDS[episode % 3])
+        ours.reset(seed=episode)
+        ref = object.__new__(gem_ws.WordSearchEnv)  # GEM's reset needs NLTK data: give it our puzzle
+        ref.game_board, ref.placed_words = [r[:] for r in ours.grid], dict(ours.placed_words)
+        ref.highlighted_positions, ref.correct_words, ref.attempts = set(), set(), []
+        ref.turn_count, ref.max_turns, ref.hardcore = 0, ours.max_turns, ours.hardcore
+        words = list(ours.placed_words)
+        for turn in range(ours.max_turns):
+            left = [w for w in words if w not in ours.found]
+            if rng.random() < 0.3 and left:
+                a, b = _ends(ours, left[int(rng.integers(len(left)))])
+                action = _guess(b, a) if rng.random() < 0.5 else _guess(a, b)
+            elif episode == 3 and turn == 5:
+                action = "\\boxed{1 2 3}"
+            else:
+                action = ours.sample_random_action()
+            mine, theirs = ours.step(action), ref.step(action)
+            assert mine[1] == pytest.approx(theirs[1]) and mine[2:4] == theirs[2:4], action
+            if mine[2]:
+                break
+        assert ours.found == ref.correct_words and ours.highlighted == ref.highlighted_positions
+    # The one deliberate difference: GEM pays again for a found word named backwards.
+    ours.reset(seed=0)
+    ref.game_board, ref.placed_words = [r[:] for r in ours.grid], dict(ours.placed_words)
+    ref.highlighted_positions, ref.correct_words, ref.attempts, ref.turn_count = set(), set(), [], 0
+    a, b = _ends(ours, next(iter(ours.placed_words)))
+    assert ours.step(_guess(a, b))[1] == ref.step(_guess(a, b))[1] == pytest.approx(1 / len(ours.placed_words))
+    assert ours.step(_guess(b, a))[1] == 0.0 and ref.step(_guess(b, a))[1] == pytest.approx(1 / len(ours.placed_words))
