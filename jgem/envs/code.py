@@ -95,6 +95,3 @@ class CodeEnv(SingleTurnEnv):
 
     def sample_random_action(self) -> str:
         return "```python\nprint(input())\n```"
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_sandbox": None}  # a process-backed pool uses its own process's sandbox

@@ -147,6 +147,8 @@ def test_code_rewards(sandbox):
     env.reset(seed=0)
     _, r, _, _, info = env.step(f"Here:\n```python\n{row['solution']}\n```")
     assert r == 1.0 and info["passed"] == info["total"] > 0
+    clone = env.spawn(same_state=True)  # clones share the sandbox and the rows
+    assert clone.row == env.row and clone._sandbox is sandbox and clone.rows is env.rows
     with pytest.raises(ValueError, match="axon-rl/TACO-8k"):
         jgem.make("code:Taco8k")
 

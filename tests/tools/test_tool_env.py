@@ -122,5 +122,6 @@ def test_python_tool_executes_in_the_sandbox(sandbox):
     obs, _, _, _, info = env.step("<python>while True: pass</python>")
     assert obs.startswith("Code execution result: ") and "timeout" in obs and not info["tool_ok"]
     assert copy.deepcopy(tool) is tool
-    revived = pickle.loads(pickle.dumps(tool))  # a process pool gets a tool that starts its own sandbox
-    assert revived._sandbox is None and revived.config == tool.config
+    revived = pickle.loads(pickle.dumps(tool))  # in another process: that process's shared sandbox
+    assert revived.config == tool.config and revived.sandbox.config == sandbox.config
+    assert revived("<python>print(2 + 2)</python>").text == "Code execution result: 4\n\n"

@@ -75,8 +75,7 @@ class PythonTool(Tool):
         return None
 
     def __getstate__(self) -> dict[str, Any]:
-        # Pickled into another process (a process-backed pool), the tool uses that process's sandbox.
-        return {**self.__dict__, "_sandbox": None, "_lock": None}
+        return {**self.__dict__, "_lock": None}  # a given sandbox pickles as the receiver's shared one
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)

@@ -236,6 +236,7 @@ class Sandbox:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.config = config or SandboxConfig()
         self.mode = mode
+        self.workers = workers
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._closed = False
         self._slots = threading.Semaphore(workers)
@@ -289,6 +290,14 @@ class Sandbox:
 
     def __enter__(self) -> Sandbox:
         return self
+
+    def __deepcopy__(self, memo: dict) -> Sandbox:
+        # A pool of processes is a shared service: env clones use the same one.
+        return self
+
+    def __reduce__(self) -> tuple:
+        # Pickled into another process (a process-backed env pool): that process's shared sandbox.
+        return (shared_sandbox, (self.config, self.workers))
 
     def __exit__(self, *exc: object) -> None:
         self.close()
