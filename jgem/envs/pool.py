@@ -134,7 +134,6 @@ class _InlineBackend:
         self.factories = list(factories)
         self.envs: list[Env | None] = [f() for f in self.factories]
         self.pending: dict[int, tuple[str, Any]] = {}
-        self.num_faults = 0
 
     def submit(self, env_ids: Sequence[int], kind: str, args: Sequence[Any]) -> None:
         for i, a in zip(env_ids, args):
@@ -148,7 +147,6 @@ class _InlineBackend:
                 env = self.envs[i] = self.factories[i]()
             return run_command(env, i, kind, arg)
         except Exception as e:
-            self.num_faults += 1
             close_quietly(env)
             self.envs[i] = None  # rebuilt by the next command
             return fault_result(i, "exception", describe(e), kind == "reset")
@@ -223,12 +221,12 @@ class _ThreadBackend(_InlineBackend):
                     env = self.factories[i]()
                     if gen[i] == g:
                         envs[i] = env
-                item = (g, run_command(env, i, kind, arg), False)
+                item = (g, run_command(env, i, kind, arg))
             except Exception as e:
                 if gen[i] == g:
                     envs[i] = None
                 close_quietly(env)
-                item = (g, fault_result(i, "exception", describe(e), kind == "reset"), True)
+                item = (g, fault_result(i, "exception", describe(e), kind == "reset"))
             results.put(item)
             if w in self.abandoned:
                 return
@@ -240,13 +238,12 @@ class _ThreadBackend(_InlineBackend):
             self.kind[i] = kind
             put((i, gen[i], kind, a))
 
-    def _deliver(self, ready: dict[int, Result], item: tuple[int, Result, bool]) -> None:
-        g, res, faulted = item
+    def _deliver(self, ready: dict[int, Result], item: tuple[int, Result]) -> None:
+        g, res = item
         i = res[0]
         if g != self.gen[i] or i not in self.kind:
             return  # late result of an abandoned command
         del self.kind[i]
-        self.num_faults += faulted
         ready[i] = res
 
     def _check_timeouts(self, ready: dict[int, Result]) -> float | None:
@@ -266,7 +263,6 @@ class _ThreadBackend(_InlineBackend):
             self.envs[i] = None  # the hung thread keeps its own reference; never touch it again
             self.abandoned.add(self.runner[i])
             self._start_worker()
-            self.num_faults += 1
             reason = f"{kind} ran longer than step_timeout={self.step_timeout}s"
             ready[i] = fault_result(i, "timeout", reason, kind == "reset")
         return nearest
@@ -335,6 +331,7 @@ class EnvPool:
         self.backend = backend
         self._busy = np.zeros(num_envs, np.bool_)
         self._in_flight = 0
+        self._num_faults = 0
         self._ready: dict[int, Result] = {}  # insertion order is arrival order
         self._closed = False
         wrappers = tuple(wrappers)
@@ -430,8 +427,9 @@ class EnvPool:
 
     @property
     def num_faults(self) -> int:
-        """Faults reported so far (one per env result carrying `info["fault"]`)."""
-        return self._backend.num_faults
+        """Faults returned so far: results carrying `info["fault"]`, whether the pool or the env (e.g. a
+        `RemoteEnv` whose server died) put it there."""
+        return self._num_faults
 
     @property
     def num_in_flight(self) -> int:
@@ -463,7 +461,9 @@ class EnvPool:
         results = [ready.pop(i) for i in ids]
         self._busy[ids] = False
         self._in_flight -= len(ids)
-        return StepBatch.from_results(results)
+        batch = StepBatch.from_results(results)
+        self._num_faults += sum("fault" in info for info in batch.infos)
+        return batch
 
     def _check_open(self) -> None:
         if self._closed:

@@ -92,7 +92,6 @@ def worker_main(conn: Connection, env_ids: list[int], factory: EnvFactory, owner
 
 def _run_batch(conn: Connection, envs: dict[int, Any], factory: EnvFactory, op: str, cmds: list, running: Any) -> None:
     out: list[Result] = []
-    faults = 0
     last = time.monotonic()
     for i, arg in cmds:
         running[0] = time.monotonic()  # time before id: the parent reads id first, so never a stale start
@@ -105,23 +104,22 @@ def _run_batch(conn: Connection, envs: dict[int, Any], factory: EnvFactory, op: 
         except Exception as e:
             close_quietly(env)
             envs[i] = None  # rebuilt by its next command
-            faults += 1
             out.append(fault_result(i, "exception", describe(e), op == "reset"))
         now = time.monotonic()
         if now - last > FLUSH_INTERVAL:
-            _send_results(conn, out, faults)
-            out, faults, last = [], 0, now
+            _send_results(conn, out)
+            out, last = [], now
     running[1] = -1
     if out:
-        _send_results(conn, out, faults)
+        _send_results(conn, out)
 
 
-def _send_results(conn: Connection, out: list[Result], faults: int) -> None:
+def _send_results(conn: Connection, out: list[Result]) -> None:
     try:
-        conn.send(("results", out, faults))
+        conn.send(("results", out))
     except (pickle.PicklingError, TypeError, AttributeError) as e:
         reason = f"result could not be pickled ({type(e).__name__}: {e}); keep obs and infos picklable"
-        conn.send(("results", [fault_result(r[0], "exception", reason, r[6]) for r in out], len(out)))
+        conn.send(("results", [fault_result(r[0], "exception", reason, r[6]) for r in out]))
 
 
 class _Worker:
@@ -159,7 +157,6 @@ class ProcessBackend:
         self.lost: dict[int, str] = {}  # env id -> why its state was lost (worker restarted while it idled)
         self.inbox: dict[int, Result] = {}
         self.states: dict[int, tuple[Any, str | None]] = {}
-        self.num_faults = 0
         self.procs: dict[int, Any] = {}
         self._finalizer = weakref.finalize(self, _kill_all, self.procs)
         try:
@@ -211,7 +208,6 @@ class ProcessBackend:
                 if kind == "reset":
                     lost.pop(i, None)
                 elif i in lost:
-                    self.num_faults += 1
                     self.inbox[i] = fault_result(i, "worker_restart", lost.pop(i), False)
                     continue
             per_worker.setdefault(worker_of[i], []).append((i, a))
@@ -307,7 +303,6 @@ class ProcessBackend:
             for res in msg[1]:
                 outstanding.pop(res[0], None)
                 inbox[res[0]] = res
-            self.num_faults += msg[2]
         elif op == "state":
             self.states[msg[1]] = (msg[2], msg[3])
         elif op == "ready":
@@ -326,7 +321,6 @@ class ProcessBackend:
             else:
                 k, r = kind, reason
             self.inbox[i] = fault_result(i, k, r, cmd == "reset")
-            self.num_faults += 1
         for i in w.env_ids:
             if i not in w.outstanding:
                 self.lost[i] = f"{reason}; this env's episode was lost"

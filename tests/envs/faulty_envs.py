@@ -1,4 +1,5 @@
-"""Test envs whose actions inject faults: "raise", "sleep:<s>", "hang", "exit" (kills a process worker).
+"""Test envs whose actions inject faults: "raise", "sleep:<s>", "hang", "exit" (kills a process worker),
+"self_fault" (the env reports a fault in its own info, as RemoteEnv does).
 
 Module-level classes so the process backend can pickle them.
 """
@@ -34,6 +35,9 @@ class CounterEnv(Env):
         info = {"t": self.t, "suffix": f"[t={self.t}]"}
         if done:
             info["success"] = action == "win"
+        if action == "self_fault":  # what a RemoteEnv does when its server is gone
+            info["fault"] = "remote: server went away"
+            return "", 0.0, False, True, info
         return f"{self.start}:{self.t}:{action}", float(self.t), done, False, info
 
     def sample_random_action(self) -> str:

@@ -117,6 +117,14 @@ def test_exception_is_a_fault_and_env_is_rebuilt(backend: str) -> None:
         assert pool.step([1], ["ok"]).obs[0].endswith(":1:ok")  # fresh env: t starts again at 1
 
 
+def test_faults_reported_by_the_env_are_counted() -> None:
+    with _pool("thread", 2) as pool:
+        _reset_all(pool, [0, 1])
+        b = pool.step([0, 1], ["self_fault", "ok"])
+        assert b.infos[0]["fault"] == "remote: server went away" and b.truncated.tolist() == [True, False]
+        assert pool.num_faults == 1
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fault_during_reset(backend: str) -> None:
     kw = {"num_workers": 1} if backend == "process" else {}
