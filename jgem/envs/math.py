@@ -6,7 +6,10 @@ The agent answers in `\\boxed{}`; the last box is compared with the reference by
 
 from __future__ import annotations
 
-import multiprocessing
+import json
+import select
+import subprocess
+import sys
 import threading
 from fractions import Fraction
 from typing import Any
@@ -112,42 +115,55 @@ def _verify(pred: str, golds: list[str], timeout: int | None) -> bool:
     return False
 
 
-def _grader_main(conn: Any) -> None:
+def grader_loop() -> None:
+    """The grader process: JSON lines [pred, golds] on stdin -> "1"/"0" lines on stdout."""
     import math_verify  # noqa: F401  (import once, before saying ready)
 
-    conn.send("ready")
-    while True:
+    print("ready", flush=True)
+    for line in sys.stdin:
+        pred, golds = json.loads(line)
         try:
-            pred, golds = conn.recv()
-        except EOFError:
-            return
-        try:
-            conn.send(_verify(pred, golds, None))
+            ok = _verify(pred, golds, None)
         except Exception:
-            conn.send(False)
+            ok = False
+        print("1" if ok else "0", flush=True)
 
 
 class _GraderProcess:
+    # A plain subprocess, not multiprocessing: spawn would re-import the user's __main__ and fork
+    # is unsafe in a host that runs JAX threads.
     def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")  # never fork a host that may run JAX threads
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_grader_main, args=(child,), daemon=True, name="jgem-math-grader")
-        self.proc.start()
-        child.close()
-        if not self.conn.poll(60) or self.conn.recv() != "ready":
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from jgem.envs.math import grader_loop; grader_loop()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if self._readline(60) != "ready":
             self.kill()
             raise RuntimeError(
                 "the math grader process did not start (is math-verify installed? pip install math-verify)"
             )
 
+    def _readline(self, timeout: float) -> str | None:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            return None
+        line = self.proc.stdout.readline()
+        return line.strip() if line else None
+
     def grade(self, pred: str, golds: list[str], timeout: float) -> bool | None:
-        self.conn.send((pred, golds))
-        return self.conn.recv() if self.conn.poll(timeout) else None
+        try:
+            self.proc.stdin.write(json.dumps([pred, golds]) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            return None
+        line = self._readline(timeout)
+        return None if line is None else line == "1"
 
     def kill(self) -> None:
         self.proc.kill()
-        self.proc.join()
-        self.conn.close()
+        self.proc.wait()
 
 
 _grader: _GraderProcess | None = None

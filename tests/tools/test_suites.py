@@ -91,10 +91,16 @@ def test_math_verify_grading(pred, gold, ok):
 
 def test_grading_from_a_worker_thread_uses_the_grader_process():
     out = {}
-    t = threading.Thread(target=lambda: out.update(r=grade_answer("0.5", ["\\frac{1}{2}"], timeout=30.0)))
+
+    def work():
+        out["ok"] = grade_answer("0.5", ["\\frac{1}{2}"], timeout=30.0)
+        out["slow"] = grade_answer("\\int_0^1 x^2 dx", ["1/3"], timeout=1e-5)  # no process answers in 10 us
+        out["after"] = grade_answer("2/4", ["0.5"], timeout=30.0)  # a new grader replaced the killed one
+
+    t = threading.Thread(target=work)
     t.start()
-    t.join(60)
-    assert out["r"] == (True, "math-verify")
+    t.join(120)
+    assert out == {"ok": (True, "math-verify"), "slow": (False, "grading timed out"), "after": (True, "math-verify")}
 
 
 def test_math_files_and_gem_ids(tmp_path):
