@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from jgem.envs.data.dataset import DATA_DIR, SingleTurnEnv, load_rows
-from jgem.envs.tools.sandbox import Sandbox, SandboxConfig, shared_sandbox
+from jgem.envs.tools.sandbox import Sandbox, SandboxConfig, local, shared_sandbox
 
 SHIPPED = DATA_DIR / "code_problems.jsonl"
 INSTRUCTION = (
@@ -76,7 +76,7 @@ class CodeEnv(SingleTurnEnv):
 
     @property
     def sandbox(self) -> Sandbox:
-        return self._sandbox if self._sandbox is not None else shared_sandbox(self.config)
+        return local(self._sandbox) if self._sandbox is not None else shared_sandbox(self.config)
 
     def prompt(self, row: dict[str, Any]) -> str:
         return f"{row[self.question_key]}{INSTRUCTION}"

@@ -171,3 +171,27 @@ def test_config_errors_say_what_to_do():
         SandboxConfig(timeout=0)
     with pytest.raises(ValueError, match="mode must be"):
         Sandbox(mode="docker")
+
+
+def test_forked_child_gets_its_own_sandbox(sandbox):
+    from jgem.envs.tools.sandbox import local
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a forked host process (e.g. a fork-based env pool) must not talk to the parent's workers
+        try:
+            try:
+                sandbox.run("print(1)")
+                msg = b"used parent's workers"
+            except RuntimeError:
+                mine = local(sandbox)
+                msg = mine.run("print(7)").stdout.encode() if mine is not sandbox else b"same"
+                mine.close()
+            os.write(w, msg)
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    assert os.read(r, 100) == b"7\n"
+    os.close(r)
+    assert sandbox.run("print(8)").stdout == "8\n"  # the parent's pool is intact

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from jgem.envs.tools.base import Tool, ToolResult
-from jgem.envs.tools.sandbox import Sandbox, SandboxConfig, shared_sandbox
+from jgem.envs.tools.sandbox import Sandbox, SandboxConfig, local, shared_sandbox
 
 _PATTERNS = (re.compile(r"<python>(.*?)</python>", re.DOTALL), re.compile(r"```\n?python(.*?)```", re.DOTALL))
 
@@ -49,7 +49,7 @@ class PythonTool(Tool):
     @property
     def sandbox(self) -> Sandbox:
         with self._lock:
-            return self._sandbox if self._sandbox is not None else shared_sandbox(self.config, self.workers)
+            return local(self._sandbox) if self._sandbox is not None else shared_sandbox(self.config, self.workers)
 
     def instruction(self) -> str:
         return (

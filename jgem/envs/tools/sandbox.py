@@ -237,6 +237,7 @@ class Sandbox:
         self.config = config or SandboxConfig()
         self.mode = mode
         self.workers = workers
+        self._pid = os.getpid()  # workers belong to the process that started them (see `local`)
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._closed = False
         self._slots = threading.Semaphore(workers)
@@ -254,6 +255,8 @@ class Sandbox:
         """Execute `code` as a script with `stdin`; `timeout` overrides the configured wall timeout."""
         if self._closed:
             raise RuntimeError("this Sandbox is closed; create a new one")
+        if self._pid != os.getpid():
+            raise RuntimeError("this Sandbox was started by another process (before a fork); use local(sandbox)")
         cfg = self.config if timeout is None else replace(self.config, timeout=timeout)
         cpu = cfg.cpu_time if cfg.cpu_time is not None else math.ceil(cfg.timeout)
         job = {"code": code, "stdin": stdin, "timeout": cfg.timeout, "cpu_time": max(1, math.ceil(cpu))}
@@ -282,6 +285,8 @@ class Sandbox:
     def close(self) -> None:
         """Stop all workers. Idempotent."""
         self._closed = True
+        if self._pid != os.getpid():  # a forked copy: the workers are the parent's to stop
+            return
         while True:
             try:
                 self._idle.get_nowait().close()
@@ -316,11 +321,16 @@ def shared_sandbox(config: SandboxConfig | None = None, workers: int = 2) -> San
     key = (config or SandboxConfig(), workers)
     with _SHARED_LOCK:
         sb = _SHARED.get(key)
-        if sb is None or sb._closed:
+        if sb is None or sb._closed or sb._pid != os.getpid():
             sb = _SHARED[key] = Sandbox(key[0], workers=workers)
             if len(_SHARED) == 1:
                 atexit.register(_close_shared)
         return sb
+
+
+def local(sandbox: Sandbox) -> Sandbox:
+    """`sandbox` in the process that started it; in a forked child, that child's shared equivalent."""
+    return sandbox if sandbox._pid == os.getpid() else shared_sandbox(sandbox.config, sandbox.workers)
 
 
 def _close_shared() -> None:
