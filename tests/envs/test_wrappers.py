@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jgem.core import Env
 from jgem.envs.wrappers import ChatWrapper, EpisodeStatistics, HistoryWrapper, wrapper_fns
@@ -74,6 +76,32 @@ def test_history_matches_gem_observation_wrapper(mode: str, max_len: int | None)
     assert ours.reset()[0] == theirs.reset()[0]
     for t in range(6):
         assert ours.step(f"act {t}")[0] == theirs.step(f"act {t}")[0]
+
+
+_text = st.text(alphabet="ab \n{}", max_size=6)
+_info = st.fixed_dictionaries({}, optional={"suffix": _text, "prefix": _text, "parsed_action": _text})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    first=st.tuples(_text, _info),
+    steps=st.lists(st.tuples(_text, _info, _text), min_size=1, max_size=5),
+    mode=st.sampled_from(["concat", "concat_with_action"]),
+    max_len=st.sampled_from([None, 1, 2]),
+)
+def test_history_matches_gem_on_any_text(first, steps, mode, max_len) -> None:
+    gem_wrappers = pytest.importorskip("gem.wrappers.observation_wrapper")
+    script = [(o, i) for o, i, _ in steps]
+    ours = HistoryWrapper(ScriptedEnv(script, first), mode=mode, max_history_length=max_len)
+    theirs = gem_wrappers.ObservationWrapper(
+        ScriptedEnv(script, first),
+        include_action=mode == "concat_with_action",
+        include_chat_template=False,
+        max_history_length=max_len,
+    )
+    assert ours.reset()[0] == theirs.reset()[0]
+    for _, _, action in steps:
+        assert ours.step(action)[0] == theirs.step(action)[0]
 
 
 def test_chat_messages_are_append_only() -> None:
