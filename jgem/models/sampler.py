@@ -279,7 +279,7 @@ class Sampler:
         batch = self.batch_axes or None
         t = self.mesh.shape.get("tensor", 1)
         heads = "tensor" if t > 1 and self.cfg.num_kv_heads % t == 0 else None
-        kv = NamedSharding(self.mesh, PartitionSpec(batch, None, heads, None))
+        kv = NamedSharding(self.mesh, PartitionSpec(batch, heads, None, None))
         seg = NamedSharding(self.mesh, PartitionSpec(batch, None))
         c = partial(jax.lax.with_sharding_constraint)
         return KVCache(k=tuple(c(x, kv) for x in cache.k), v=tuple(c(x, kv) for x in cache.v),
