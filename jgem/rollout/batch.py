@@ -92,7 +92,7 @@ def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segme
     (found at its prompt's end) marked for the loss."""
     tokens: list[np.ndarray] = []
     length = 0
-    marks: list[tuple[int, int, int]] = []  # (turn, action start, prompt length)
+    marks: list[tuple[int, int]] = []  # (turn, prompt length = where its action starts)
     for k in turns:
         t = ep.transitions[k]
         if length:  # chat view: this prompt must extend everything so far
@@ -104,7 +104,7 @@ def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segme
                     "(append-only) or use view='per_turn'"
                 )
         tokens.append(t.prompt_ids[length:])
-        marks.append((k, t.prompt_ids.size, t.prompt_ids.size))
+        marks.append((k, t.prompt_ids.size))
         tokens.append(t.action_ids)
         length = t.prompt_ids.size + t.action_ids.size
     tok = np.concatenate(tokens).astype(np.int32)
@@ -115,15 +115,15 @@ def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segme
     vmask = np.zeros(L, bool)
     ret = np.zeros(L, np.float32)
     val = np.zeros(L, np.float32)
-    for k, start, plen in marks:
+    for k, start in marks:
         t = ep.transitions[k]
         end = start + t.action_ids.size
         loss_mask[start:end] = True
         a[start:end] = _turn_value(adv, e, k, "advantages")
         lp[start:end] = t.action_logprobs
-        vmask[plen - 1] = True
-        ret[plen - 1] = _turn_value(returns, e, k, "returns")
-        val[plen - 1] = _turn_value(values, e, k, "values")
+        vmask[start - 1] = True  # the critic scores the last prompt token of each turn
+        ret[start - 1] = _turn_value(returns, e, k, "returns")
+        val[start - 1] = _turn_value(values, e, k, "values")
     return Segment(tok, loss_mask, a, lp, vmask, ret, val, e, tuple(turns))
 
 
