@@ -313,6 +313,7 @@ def test_workers_die_with_their_parent(sig: int, mode: str) -> None:
     try:
         pids = [int(p) for p in child.stdout.readline().split()]
         assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
+        pids += [p.pid for p in psutil.Process(child.pid).children(recursive=True)]  # forkserver too
         os.kill(child.pid, sig)
         child.wait(timeout=10)
         deadline = time.monotonic() + 5
