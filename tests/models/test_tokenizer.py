@@ -296,3 +296,13 @@ def test_build_script_is_deterministic():
     assert a.to_str() == b.to_str()
     assert a.get_vocab_size() <= 1024 and a.token_to_id("<|endoftext|>") == 0
     assert a.encode("guess 123").tokens[-3:] == ["1", "2", "3"]
+
+
+def test_load_tokenizer_from_saved_hf_directory(qwen3, tmp_path):
+    """A local HF directory (as save_pretrained writes it) loads with its chat template and specials."""
+    qwen3.save_pretrained(tmp_path)
+    tok = load_tokenizer(tmp_path)
+    msgs = [{"role": "user", "content": "Guess 1-10 日本"}]
+    assert _template_ids(tok, msgs, enable_thinking=False) == _template_ids(qwen3, msgs, enable_thinking=False)
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    assert ChatFormat(tok).stop_token_ids == ChatFormat(qwen3).stop_token_ids
