@@ -205,6 +205,10 @@ class _Worker:
                 self.proc.kill()
                 self.proc.wait()
                 _kill_uid(self.uid)
+        # Unlinking while locked can race with a new reservation of the same uid; with uids drawn at
+        # random from a million, that needs two draws of one number at the same instant.
+        with contextlib.suppress(OSError):
+            os.unlink(UID_LOCK_DIR / str(self.uid))
         os.close(self._lock_fd)
 
 
