@@ -121,6 +121,8 @@ def test_python_tool_executes_in_the_sandbox(sandbox):
     assert obs == "Code execution result: 42\n\n" and info["tool_ok"]  # GEM appends "\\n" to the output
     obs, _, _, _, info = env.step("<python>while True: pass</python>")
     assert obs.startswith("Code execution result: ") and "timeout" in obs and not info["tool_ok"]
+    short = PythonTool(sandbox=sandbox, keep_error_last_line=True)("<python>print('a')\n1/0</python>")
+    assert short.text == "Code execution result: a\n\nZeroDivisionError: division by zero\n" and not short.ok
     assert copy.deepcopy(tool) is tool
     revived = pickle.loads(pickle.dumps(tool))  # in another process: that process's shared sandbox
     assert revived.config == tool.config and revived.sandbox.config == sandbox.config

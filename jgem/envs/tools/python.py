@@ -64,10 +64,11 @@ class PythonTool(Tool):
 
     def execute(self, call: str) -> ToolResult:
         res = self.sandbox.run(call)
-        stderr = res.stderr
-        if stderr and self.keep_error_last_line:
-            stderr = stderr.rstrip("\n").split("\n")[-1]
-        text = res.message() if not self.keep_error_last_line else f"{res.stdout}\n{stderr}".strip("\n")
+        if self.keep_error_last_line:  # GEM's option: only the last line of stderr (the exception)
+            err = res.stderr.rstrip("\n").split("\n")[-1] if res.stderr else ""
+            text = f"{res.stdout}\n{err}" if err else res.stdout
+        else:
+            text = res.message()
         return ToolResult("Code execution result: " + text.lstrip(" \n") + "\n", ok=res.ok)
 
     def close(self) -> None:
