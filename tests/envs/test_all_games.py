@@ -64,6 +64,7 @@ def test_reset_is_reproducible(env_id: str) -> None:
     assert jgem.make(env_id).reset(seed=7) == (obs, info)
 
 
+@pytest.mark.timeout(30)  # a solver that needs longer than this for 3 episodes is a bug, and it would eat the suite
 def test_solver_wins(env_id: str) -> None:
     env = jgem.make(env_id)
     results = [play(env, solver_for(env_id), seed=seed) for seed in range(3)]
