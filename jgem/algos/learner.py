@@ -18,6 +18,7 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding
 
 from jgem.algos import losses
+from jgem.algos.critic import critic_values
 from jgem.algos.types import TrainBatch
 from jgem.sharding.rules import DEFAULT_RULES, Rules, batch_spec, check_batch_size, constrain_tree, shard_tree
 
@@ -128,7 +129,8 @@ def init_train_state(
     """Split `model` (and the optional `critic`) into params and build optimizer states, placed on `mesh`."""
     graphdef, params, model_state = nnx.split(model, nnx.Param, ...)
     critic_graphdef = critic_params = critic_state = critic_opt = None
-    place = (lambda t: t) if mesh is None else (lambda t: shard_tree(t, mesh, rules))
+    # copies: update donates the state, and the caller's module must stay usable
+    place = (lambda t: jax.tree.map(jnp.copy, t)) if mesh is None else (lambda t: shard_tree(t, mesh, rules))
     params, model_state = place(params), place(model_state)
     opt_state = place(make_optimizer(cfg).init(params))
     if critic is not None:
@@ -189,8 +191,7 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
 def critic_loss(params, critic_state, graphdef, batch: TrainBatch, cfg: LearnerConfig):
     """Micro-batch value loss at value positions: (sum, (denominator, metric sums))."""
     critic = nnx.merge(graphdef, params, critic_state)
-    h, _ = critic.hidden(batch.tokens, batch.positions, segment_ids=batch.segment_ids)
-    v = critic.value(h)
+    v = critic_values(critic, batch.tokens, batch.positions, batch.segment_ids)
     per = losses.value_loss(v, batch.returns, batch.values, cfg.value_clip)
     s, d = losses.aggregate(per, batch.value_mask)
     return s, (d, {"value_loss": jax.lax.stop_gradient(s), "value_tokens": d})
@@ -216,15 +217,16 @@ def _micro_layout(batch: TrainBatch, cfg: LearnerConfig, mesh: Mesh | None) -> t
 
 
 def _split(batch: TrainBatch, M: int, n: int, r: int, mesh: Mesh | None) -> TrainBatch:
-    """[B, T] -> [M, n, r, T] where row i*(M*n) + m*n + j -> [m, j, i].
+    """[B, T] -> [M, n, r, T]: row (k*n + j)*M + m goes to minibatch m, micro-batch j, slot k.
 
-    The sharded row axis stays the leading split axis (r), so each device keeps its own rows: no communication.
+    Minibatch membership (row mod M) does not depend on the micro-batch size, so results do not either; the
+    sharded row axis stays the leading split axis (r), so each device keeps its own rows: no communication.
     """
 
     def f(x):
         if x is None:
             return None
-        y = jnp.moveaxis(x.reshape((r, M, n) + x.shape[1:]), 0, 2)
+        y = jnp.transpose(x.reshape((r, n, M) + x.shape[1:]), (2, 1, 0) + tuple(range(3, x.ndim + 2)))
         if mesh is not None:
             spec = jax.sharding.PartitionSpec(None, None, *batch_spec(x.ndim))
             y = jax.lax.with_sharding_constraint(y, NamedSharding(mesh, spec))

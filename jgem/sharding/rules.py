@@ -99,8 +99,8 @@ def tree_shardings(tree, mesh: Mesh, rules: Rules = DEFAULT_RULES):
 
 
 def shard_tree(tree, mesh: Mesh, rules: Rules = DEFAULT_RULES):
-    """Place a pytree of arrays (params, opt state) on `mesh` according to the rules."""
-    return jax.device_put(tree, tree_shardings(tree, mesh, rules))
+    """Place (a copy of) a pytree of arrays (params, opt state) on `mesh` according to the rules."""
+    return jax.device_put(tree, tree_shardings(tree, mesh, rules), may_alias=False)
 
 
 def constrain_tree(tree, mesh: Mesh | None, rules: Rules = DEFAULT_RULES):

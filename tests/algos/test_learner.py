@@ -1,0 +1,189 @@
+"""The learner: packed-episode gradient, meshes vs one device, determinism, the non-finite guard, the critic."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jgem.algos.critic import make_critic
+from jgem.algos.learner import LearnerConfig, init_train_state, policy_loss, token_logprobs, update
+from jgem.algos.types import TrainBatch
+from jgem.sharding.mesh import MeshConfig, make_mesh
+from jgem.sharding.rules import shard_batch
+from tests.algos.helpers import CFG, MODEL_CFG, host, make_batch, tiny_model
+
+_logprobs = jax.jit(token_logprobs)
+
+
+def _run(mesh_cfg=None, micro=2, batch=None, cfg=CFG, updates=1):
+    mesh = None if mesh_cfg is None else make_mesh(mesh_cfg)
+    model = tiny_model()
+    batch = make_batch(model) if batch is None else batch
+    state = init_train_state(model, LearnerConfig(**{**cfg.__dict__, "micro_batch_size": micro}), mesh)
+    batch = jax.device_put(batch, jax.devices()[0]) if mesh is None else shard_batch(batch, mesh)
+    for _ in range(updates):
+        state, metrics = update(state, batch)
+    return host(state.params), host(metrics)
+
+
+# ----------------------------------------------------------------------------- two multi-turn views
+
+
+def _episode_rows():
+    """One episode p0 a0 o1 a1 packed in one row, next to a second episode in segment 2; and per-transition rows."""
+    rng = np.random.default_rng(3)
+    p0, a0, o1, a1 = (rng.integers(0, MODEL_CFG.vocab_size, n).tolist() for n in (3, 2, 2, 3))
+    q0, b0 = (rng.integers(0, MODEL_CFG.vocab_size, n).tolist() for n in (2, 2))
+    A0, A1, B0 = 0.7, -1.3, 2.0
+    T = 16
+
+    def row(segments):
+        """segments: list of (tokens, loss flags, advantages) per segment."""
+        toks, pos, seg, mask, adv = [], [], [], [], []
+        for s, (t, m, a) in enumerate(segments, start=1):
+            toks += t
+            pos += list(range(len(t)))
+            seg += [s] * len(t)
+            mask += m
+            adv += a
+        pad = T - len(toks)
+        return toks + [0] * pad, pos + [0] * pad, seg + [0] * pad, mask + [False] * pad, adv + [0.0] * pad
+
+    ep1 = (p0 + a0 + o1 + a1, [False] * 3 + [True] * 2 + [False] * 2 + [True] * 3,
+           [0.0] * 3 + [A0] * 2 + [0.0] * 2 + [A1] * 3)
+    ep2 = (q0 + b0, [False] * 2 + [True] * 2, [0.0] * 2 + [B0] * 2)
+    packed = [row([ep1, ep2])]
+    per_transition = [
+        row([(p0 + a0, [False] * 3 + [True] * 2, [0.0] * 3 + [A0] * 2)]),
+        row([(p0 + a0 + o1 + a1, [False] * 7 + [True] * 3, [0.0] * 7 + [A1] * 3)]),
+        row([ep2]),
+    ]
+    return packed, per_transition
+
+
+def _to_batch(rows, model):
+    toks, pos, seg, mask, adv = (jnp.asarray(np.array(x)) for x in zip(*rows))
+    logp, _ = _logprobs(model, toks, pos, seg)
+    old = jnp.where(mask, logp - 0.1, 0.0)  # ratio exp(0.1): inside the clip range, so PPO has a gradient
+    return TrainBatch(tokens=toks.astype(jnp.int32), positions=pos.astype(jnp.int32), segment_ids=seg.astype(jnp.int32),
+                      loss_mask=mask, advantages=adv.astype(jnp.float32), old_logprobs=old, ref_logprobs=old + 0.2)
+
+
+def test_packed_episode_gradient_equals_per_transition_gradient():
+    """PPO + KL + entropy, token-mean. The summed gradients are equal, so token_sum_norm's (only its constant
+    normaliser differs between views) follows."""
+    model = tiny_model()
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    cfg = LearnerConfig(kl_coef=0.1, entropy_coef=0.01)
+    packed, per_transition = _episode_rows()
+
+    @jax.jit
+    def grads(batch):
+        g, (d, _) = jax.grad(policy_loss, has_aux=True)(params, rest, graphdef, batch, cfg)
+        return jax.tree.map(lambda x: x / d, g), d
+
+    g_packed, d_packed = grads(_to_batch(packed, model))
+    g_rows, d_rows = grads(_to_batch(per_transition, model))
+    assert float(d_packed) == float(d_rows) == 7.0  # 5 action tokens in episode 1, 2 in episode 2
+    flat_p, flat_r = jax.tree.leaves(g_packed), jax.tree.leaves(g_rows)
+    assert max(float(jnp.abs(x).max()) for x in flat_p) > 1e-4  # a real, nonzero gradient
+    for a, b in zip(flat_p, flat_r):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- meshes, determinism, guard
+
+
+def _norm(a, b) -> float:
+    return float(np.sqrt(sum(np.sum((x - y) ** 2) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))))
+
+
+@pytest.mark.slow
+def test_update_on_meshes_equals_one_device():
+    init = host(nnx.state(tiny_model(), nnx.Param))
+    ref_params, ref_m = _run(None, micro=2)
+    change = _norm(ref_params, init)
+    for mesh_cfg, micro in ((MeshConfig(data=2, fsdp=2, tensor=2), 4), (MeshConfig(data=8), 8)):
+        params, m = _run(mesh_cfg, micro=micro)
+        for k in ("loss", "pg_loss", "entropy", "kl", "grad_norm", "clip_frac", "adv_mean", "adv_std"):
+            np.testing.assert_allclose(m[k], ref_m[k], rtol=2e-4, atol=2e-6, err_msg=f"{mesh_cfg} {k}")
+        # Adam divides by sqrt(v): elementwise, near-zero gradients amplify rounding, so compare globally
+        assert _norm(params, ref_params) < 1e-3 * change, (mesh_cfg, _norm(params, ref_params), change)
+    assert m["skipped"] == 0
+
+
+def test_update_is_deterministic_and_learns():
+    model = tiny_model()
+    batch = make_batch(model)
+    p1, m1 = _run(None, batch=batch)
+    p2, m2 = _run(None, batch=batch)
+    for a, b in zip(jax.tree.leaves((p1, m1)), jax.tree.leaves((p2, m2))):
+        np.testing.assert_array_equal(a, b)  # bit for bit
+    assert m1["skipped"] == 0 and np.isfinite(m1["loss"]) and m1["grad_norm"] > 0
+    # the policy moved towards positive-advantage tokens: d logp correlates with the advantage
+    before, _ = _logprobs(model, batch.tokens, batch.positions, batch.segment_ids)
+    graphdef, _, rest = nnx.split(model, nnx.Param, ...)
+    after, _ = _logprobs(nnx.merge(graphdef, p1, rest), batch.tokens, batch.positions, batch.segment_ids)
+    mask = np.asarray(batch.loss_mask)
+    delta, adv = np.asarray(after - before)[mask], np.asarray(batch.advantages)[mask]
+    assert np.corrcoef(delta, adv)[0, 1] > 0.3
+
+
+def test_nonfinite_gradients_skip_the_step():
+    model = tiny_model()
+    batch = make_batch(model)
+    init = host(nnx.state(model, nnx.Param))
+    all_nan = batch.replace(advantages=jnp.where(batch.loss_mask, jnp.nan, 0.0))
+    params, m = _run(None, batch=all_nan)
+    assert m["skipped"] == 4  # 2 epochs x 2 minibatches, every one dropped
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(init)):
+        np.testing.assert_array_equal(a, b)
+    one_row = batch.replace(advantages=batch.advantages.at[0, 5].set(jnp.inf))
+    params, m = _run(None, batch=one_row)
+    assert m["skipped"] == 2  # the row lands in one minibatch per epoch; the other steps are applied
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(init)))
+
+
+# ----------------------------------------------------------------------------- critic
+
+
+@pytest.mark.slow
+def test_critic_trains_inside_the_same_update():
+    model = tiny_model()
+    critic = make_critic(MODEL_CFG, policy=model)
+    batch = make_batch(model, critic=True)
+    cfg = LearnerConfig(lr=1e-3, critic_lr=3e-3, value_clip=None, epochs=2, minibatches=1)
+    state = init_train_state(model, cfg, critic=critic)
+    losses = []
+    for _ in range(4):
+        state, m = update(state, batch)
+        losses.append(float(m["value_loss"]))
+    assert m["skipped"] == 0 and m["critic_grad_norm"] > 0
+    assert losses[-1] < 0.7 * losses[0], losses
+    # the policy's own params did not turn into the critic's: only the critic has a value head
+    assert "value_w" not in state.params and "value_w" in state.critic_params
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_bad_configs_give_clear_errors():
+    model = tiny_model()
+    batch = make_batch(model)
+    with pytest.raises(ValueError, match="minibatch of 8 rows .* not divisible by micro_batch_size 3"):
+        update(init_train_state(model, LearnerConfig(minibatches=2, micro_batch_size=3)), batch)
+    with pytest.raises(ValueError, match="not divisible into minibatches=3"):
+        update(init_train_state(model, LearnerConfig(minibatches=3)), batch)
+    with pytest.raises(ValueError, match="needs TrainBatch.ref_logprobs"):
+        update(init_train_state(model, LearnerConfig(kl_coef=0.1)), batch.replace(ref_logprobs=None))
+    mesh = make_mesh(MeshConfig(data=8))
+    with pytest.raises(ValueError, match=r"micro_batch_size \(rows per micro-batch\) 4 is not divisible by 8"):
+        update(init_train_state(model, LearnerConfig(micro_batch_size=4), mesh), shard_batch(batch, mesh))
+    with pytest.raises(ValueError, match="has a critic; TrainBatch needs returns"):
+        update(init_train_state(model, LearnerConfig(), critic=make_critic(MODEL_CFG)), batch)
+    with pytest.raises(ValueError, match="aggregation 'mean'"):
+        LearnerConfig(aggregation="mean")
+    with pytest.raises(ValueError, match="TrainBatch.advantages has shape"):
+        batch.replace(advantages=jnp.zeros((2, 2))).validate()
