@@ -81,12 +81,19 @@ class EnvFactory:
     wrappers: tuple[Callable[[Env], Env], ...] = ()
     remote_url: str | None = None
     remote_token: str | None = None
+    remote_timeout: float = 30.0
 
     def __call__(self) -> Env:
         if self.remote_url is not None:
             from jgem.envs.remote.client import RemoteEnv
 
-            env = RemoteEnv(self.remote_url, self.env, token=self.remote_token, env_kwargs=self.env_kwargs or None)
+            env = RemoteEnv(
+                self.remote_url,
+                self.env,
+                token=self.remote_token,
+                env_kwargs=self.env_kwargs or None,
+                timeout=self.remote_timeout,
+            )
         elif isinstance(self.env, str):
             from jgem.registry import make
 
@@ -348,10 +355,12 @@ class EnvPool:
                 raise ValueError("the remote backend needs an env id string, not a callable")
             if not remote_urls:
                 raise ValueError("backend='remote' needs remote_urls=[...] (one or more env server base URLs)")
-            # Round-robin over servers; a rebuilt env reconnects to its own server.
-            urls = list(remote_urls)
+            # Round-robin over servers; a rebuilt env reconnects to its own server. HTTP requests time out
+            # with the step, so a thread abandoned on a hung server does not linger.
+            urls, http_timeout = list(remote_urls), step_timeout or 30.0
             factories = [
-                EnvFactory(env, env_kwargs, wrappers, urls[i % len(urls)], remote_token) for i in range(num_envs)
+                EnvFactory(env, env_kwargs, wrappers, urls[i % len(urls)], remote_token, http_timeout)
+                for i in range(num_envs)
             ]
             self._backend = _ThreadBackend(factories, num_workers or num_envs, step_timeout)
         elif backend == "process":
