@@ -84,8 +84,7 @@ def test_scripted_chat_stream_equals_chat_template(setup):
         msgs, _ = env.reset(seed=e.seed)
         for t in e.transitions[:-1]:
             msgs, *_ = env.step(chat.action_text(t.action_ids.tolist()))
-        expected = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
-        expected = expected["input_ids"] if isinstance(expected, dict) else expected
+        expected = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, return_dict=False)
         assert last.prompt_ids.tolist() == list(expected)
         assert e.success
 
