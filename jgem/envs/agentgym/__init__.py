@@ -1,1 +1,13 @@
-"""AgentGym environments: id registrations (BabyAI, TextCraft, SciWorld, DeepSearch)."""
+"""AgentGym environments: id registrations (BabyAI, TextCraft, SciWorld, DeepSearch).
+
+Only ids are registered here; minigrid, scienceworld and the search index load when an env is made.
+"""
+
+from jgem.envs.agentgym.levels import BABYAI_LEVELS
+from jgem.registry import register
+
+_M = "jgem.envs.agentgym"
+
+register("agentgym:BabyAI-v0", f"{_M}.babyai:BabyAIEnv", level=None)
+for _level in BABYAI_LEVELS:  # "agentgym:BabyAI-GoToRedBall-v0", ...
+    register(f"agentgym:BabyAI-{_level}", f"{_M}.babyai:BabyAIEnv", level=_level)

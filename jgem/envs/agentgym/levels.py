@@ -1,0 +1,15 @@
+"""AgentGym's BabyAI level list (1-based, as its data indices use it); GoToObjS6 is -v1 in minigrid 3.x.
+
+A separate module so registering the ids does not import minigrid.
+"""
+
+BABYAI_LEVELS: tuple[str, ...] = (
+    "GoToRedBallGrey-v0", "GoToRedBall-v0", "GoToRedBallNoDists-v0", "GoToObjS6-v1", "GoToLocalS8N7-v0",
+    "GoToObjMazeS7-v0", "GoToImpUnlock-v0", "GoToSeqS5R2-v0", "GoToRedBlueBall-v0", "GoToDoor-v0",
+    "GoToObjDoor-v0", "Open-v0", "OpenRedDoor-v0", "OpenDoorLoc-v0", "OpenRedBlueDoorsDebug-v0",
+    "OpenDoorsOrderN4Debug-v0", "Pickup-v0", "UnblockPickup-v0", "PickupLoc-v0", "PickupDistDebug-v0",
+    "PickupAbove-v0", "PutNextLocalS6N4-v0", "PutNextS7N4Carrying-v0", "Unlock-v0", "UnlockLocalDist-v0",
+    "KeyInBox-v0", "UnlockPickupDist-v0", "BlockedUnlockPickup-v0", "UnlockToUnlock-v0", "ActionObjDoor-v0",
+    "FindObjS7-v0", "KeyCorridorS6R3-v0", "OneRoomS20-v0", "MoveTwoAcrossS8N9-v0", "SynthS5R2-v0",
+    "SynthLoc-v0", "SynthSeq-v0", "MiniBossLevel-v0", "BossLevel-v0", "BossLevelNoUnlock-v0",
+)
