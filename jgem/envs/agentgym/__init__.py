@@ -11,3 +11,7 @@ _M = "jgem.envs.agentgym"
 register("agentgym:BabyAI-v0", f"{_M}.babyai:BabyAIEnv", level=None)
 for _level in BABYAI_LEVELS:  # "agentgym:BabyAI-GoToRedBall-v0", ...
     register(f"agentgym:BabyAI-{_level}", f"{_M}.babyai:BabyAIEnv", level=_level)
+
+register("agentgym:TextCraft-v0", f"{_M}.textcraft:TextCraftEnv", depth=None)
+for _depth in range(1, 5):  # "agentgym:TextCraft-v0-d1" .. "-d4": goals of that crafting depth
+    register(f"agentgym:TextCraft-v0-d{_depth}", f"{_M}.textcraft:TextCraftEnv", depth=_depth)
