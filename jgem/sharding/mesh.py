@@ -47,8 +47,11 @@ class MeshConfig:
 
 
 def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mesh:
-    """A `Mesh` with axes (data, fsdp, tensor) over `devices` (default: all, across processes)."""
-    cfg = cfg or MeshConfig()
+    """A `Mesh` with axes (data, fsdp, tensor) over `devices` (default: all, across processes).
+
+    Without a config every device goes to `data` (pure data parallelism).
+    """
+    cfg = cfg or MeshConfig(data=-1)
     devices = list(jax.devices() if devices is None else devices)
     shape = cfg.resolve(len(devices))
     if devices[0].platform == "cpu":

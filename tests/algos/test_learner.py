@@ -134,7 +134,8 @@ def test_nonfinite_gradients_skip_the_step():
     model = tiny_model()
     batch = make_batch(model)
     init = host(nnx.state(model, nnx.Param))
-    all_nan = batch.replace(advantages=jnp.where(batch.loss_mask, jnp.nan, 0.0))
+    # built from batch.advantages so the dtype stays strong f32 (a weak type would recompile)
+    all_nan = batch.replace(advantages=jnp.where(batch.loss_mask, jnp.nan, batch.advantages))
     params, m = _run(None, batch=all_nan)
     assert m["skipped"] == 4  # 2 epochs x 2 minibatches, every one dropped
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(init)):
