@@ -3,7 +3,7 @@
 Only ids are registered here; minigrid, scienceworld and the search index load when an env is made.
 """
 
-from jgem.envs.agentgym.levels import BABYAI_LEVELS
+from jgem.envs.agentgym.levels import BABYAI_LEVELS, SCIWORLD_TASKS
 from jgem.registry import register
 
 _M = "jgem.envs.agentgym"
@@ -15,3 +15,7 @@ for _level in BABYAI_LEVELS:  # "agentgym:BabyAI-GoToRedBall-v0", ...
 register("agentgym:TextCraft-v0", f"{_M}.textcraft:TextCraftEnv", depth=None)
 for _depth in range(1, 5):  # "agentgym:TextCraft-v0-d1" .. "-d4": goals of that crafting depth
     register(f"agentgym:TextCraft-v0-d{_depth}", f"{_M}.textcraft:TextCraftEnv", depth=_depth)
+
+register("agentgym:SciWorld-v0", f"{_M}.sciworld:SciWorldEnv", task=None)
+for _task in SCIWORLD_TASKS:  # "agentgym:SciWorld-boil-v0", ...
+    register(f"agentgym:SciWorld-{_task}-v0", f"{_M}.sciworld:SciWorldEnv", task=_task)

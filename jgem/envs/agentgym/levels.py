@@ -13,3 +13,16 @@ BABYAI_LEVELS: tuple[str, ...] = (
     "FindObjS7-v0", "KeyCorridorS6R3-v0", "OneRoomS20-v0", "MoveTwoAcrossS8N9-v0", "SynthS5R2-v0",
     "SynthLoc-v0", "SynthSeq-v0", "MiniBossLevel-v0", "BossLevel-v0", "BossLevelNoUnlock-v0",
 )
+
+# ScienceWorld 1.2's 30 task names (as `ScienceWorldEnv.get_task_names()` lists them), so ids register without a JVM.
+SCIWORLD_TASKS: tuple[str, ...] = (
+    "boil", "change-the-state-of-matter-of", "chemistry-mix", "chemistry-mix-paint-secondary-color",
+    "chemistry-mix-paint-tertiary-color", "find-animal", "find-living-thing", "find-non-living-thing", "find-plant",
+    "freeze", "grow-fruit", "grow-plant", "identify-life-stages-1", "identify-life-stages-2",
+    "inclined-plane-determine-angle", "inclined-plane-friction-named-surfaces",
+    "inclined-plane-friction-unnamed-surfaces", "lifespan-longest-lived", "lifespan-longest-lived-then-shortest-lived",
+    "lifespan-shortest-lived", "measure-melting-point-known-substance", "measure-melting-point-unknown-substance",
+    "melt", "mendelian-genetics-known-plant", "mendelian-genetics-unknown-plant", "power-component",
+    "power-component-renewable-vs-nonrenewable-energy", "test-conductivity", "test-conductivity-of-unknown-substances",
+    "use-thermometer",
+)
