@@ -76,7 +76,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
-    mesh: MeshConfig = field(default_factory=MeshConfig)
+    mesh: MeshConfig = field(default_factory=lambda: MeshConfig(data=-1))  # all devices, batch over data
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     batch_buckets: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
     eval_every: int = 10

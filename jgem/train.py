@@ -57,6 +57,20 @@ def episode_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
     }
 
 
+def params_digest(params: Any) -> str:
+    """sha256 over every parameter's bytes in tree order (equal digests: bit-identical params)."""
+    import hashlib
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        params = multihost_utils.process_allgather(params, tiled=True)
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(jax.device_get(params)):
+        h.update(np.ascontiguousarray(leaf).tobytes())
+    return h.hexdigest()
+
+
 class Trainer:
     """Builds everything a run needs from a `TrainConfig`; `run()` trains and returns the final summary."""
 
@@ -344,6 +358,7 @@ class Trainer:
                     ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
             ckpt.wait()
             summary["final_eval"] = last_eval
+            summary["params_sha256"] = params_digest(self.state.params)
             summary["steps"] = cfg.steps
             logger.close()
             if cfg.plot and primary and cfg.steps:

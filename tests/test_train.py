@@ -1,0 +1,150 @@
+"""The trainer end to end: every algorithm, fail-fast configs, faults, exact resume after SIGKILL, multi-process."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jgem.config import EnvConfig
+from jgem.metrics import read_jsonl
+from jgem.registry import register
+from jgem.sharding.mesh import MeshConfig
+from jgem.train import Trainer, train
+from tests.rollout.envs import FlakyGuessEnv
+from tests.train_utils import small_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("algorithm", ["rebn", "reinforce", "grpo", "drgrpo", "rloo", "reinforce_pp", "ppo"])
+def test_every_algorithm_trains_with_finite_metrics(tmp_path, algorithm):
+    summary = train(small_config(str(tmp_path), algorithm=algorithm))
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        for k in ("train/loss", "train/grad_norm", "train/entropy", "rollout/return", "batch/padding_frac"):
+            assert math.isfinite(r[k]), (k, r[k])
+        assert r["train/skipped"] == 0
+        if algorithm == "ppo":
+            assert math.isfinite(r["train/value_loss"])
+    assert len(summary["params_sha256"]) == 64
+    assert (tmp_path / "checkpoints").is_dir()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"env": {"env_id": "game:GuessTheNumbr-v0-easy"}}, "did you mean 'game:GuessTheNumber-v0-easy'"),
+        ({"model": {"path": "/nonexistent/qwen3"}}, "not a local HF checkpoint directory"),
+        ({"mesh": MeshConfig(data=3)}, "devices"),
+        ({"algorithm": "grpo", "group_size": 1}, "group_size >= 2"),
+        ({"episodes_per_step": 5, "group_size": 2, "algorithm": "grpo"}, "not divisible by group_size"),
+        ({"learner": {"micro_batch_size": 3}}, "micro_batch_size 3 is not divisible by 8 devices"),
+        ({"algorithm": "ppo2"}, "algorithm 'ppo2' is unknown"),
+    ],
+)
+def test_bad_configs_fail_fast_with_a_clear_message(tmp_path, overrides, message):
+    if isinstance(overrides.get("mesh"), MeshConfig):
+        cfg = small_config(str(tmp_path))
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, mesh=overrides["mesh"])
+    else:
+        cfg = small_config(str(tmp_path), **overrides)
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Trainer(cfg)
+    assert time.perf_counter() - t < 2.0, "validation must happen before any model is built or compiled"
+
+
+def test_faulting_env_does_not_stop_training_and_is_counted(tmp_path):
+    register("test:flaky-guess", FlakyGuessEnv, overwrite=True)
+    cfg = small_config(str(tmp_path), steps=2, episodes_per_step=8, env={"env_id": "test:flaky-guess", "backend": "thread"})
+    assert isinstance(cfg.env, EnvConfig)
+    train(cfg)
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
+    assert len(rows) == 2
+    assert rows[-1]["pool/faults_total"] > 0
+    assert sum(r["rollout/faults"] for r in rows) > 0
+
+
+def _run(args: dict, env: dict | None = None, **popen) -> subprocess.Popen:
+    e = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+         "PYTHONPATH": str(ROOT), **(env or {})}
+    e.pop("JAX_NUM_CPU_DEVICES", None)
+    return subprocess.Popen([sys.executable, "-m", "tests.train_utils", json.dumps(args)], cwd=ROOT, env=e,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def _summary(p: subprocess.Popen, timeout: float = 600) -> dict:
+    out, _ = p.communicate(timeout=timeout)
+    assert p.returncode == 0, out[-3000:]
+    line = [ln for ln in out.splitlines() if ln.startswith("SUMMARY ")][-1]
+    return json.loads(line[len("SUMMARY "):])
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
+    args = {"steps": 5, "curriculum": {"horizons": [2, 4], "stage_steps": 2}, "checkpoint_every": 1}
+    straight = _summary(_run({**args, "run_dir": str(tmp_path / "a")}))
+
+    run_b = tmp_path / "b"
+    p = _run({**args, "run_dir": str(run_b)})
+    ckpts = run_b / "checkpoints"
+    deadline = time.time() + 600
+    while not (ckpts.is_dir() and any(c.name.isdigit() for c in ckpts.iterdir())):
+        assert p.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.2)
+    time.sleep(random.uniform(0.0, 3.0))  # a random moment after the first checkpoint
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    killed_at = max(int(c.name) for c in ckpts.iterdir() if c.name.isdigit())
+    resumed = _summary(_run({**args, "run_dir": str(run_b)}))
+    assert resumed["params_sha256"] == straight["params_sha256"], f"killed after checkpoint {killed_at}"
+
+    rows = [r for r in read_jsonl(run_b / "metrics.jsonl") if "curriculum/stage" in r]
+    assert rows and all(r["curriculum/stage"] == min((r["step"] - 1) // 2, 1) for r in rows)
+    assert all(r["rollout/max_turns"] == (2 if r["step"] <= 2 else 4) for r in rows)
+
+
+def test_resume_refuses_a_different_config(tmp_path):
+    train(small_config(str(tmp_path), steps=1))
+    with pytest.raises(ValueError, match="gamma"):
+        train(small_config(str(tmp_path), steps=2, gamma=0.5))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_process_distributed_training_smoke(tmp_path):
+    port = _free_port()
+    procs = [
+        _run({"run_dir": str(tmp_path / "run"), "steps": 2},
+             env={"JGEM_COORDINATOR": f"127.0.0.1:{port}", "JGEM_NUM_PROCESSES": "2", "JGEM_PROCESS_ID": str(i),
+                  "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+        for i in range(2)
+    ]
+    try:
+        summaries = [_summary(p, timeout=600) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert summaries[0]["params_sha256"] == summaries[1]["params_sha256"]
+    rows = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["train/loss"]) for r in rows)

@@ -1,0 +1,63 @@
+"""A small, fast TrainConfig for trainer tests, and a subprocess entry point (`python -m tests.train_utils`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+from jgem.algos.learner import LearnerConfig
+from jgem.config import CurriculumConfig, EnvConfig, ModelSpec, TrainConfig
+from jgem.models.config import PRESETS, preset
+from jgem.rollout.collector import RolloutConfig
+
+MICRO = "test-micro"
+PRESETS.setdefault(
+    MICRO, preset("tiny", num_layers=1, hidden_size=64, intermediate_size=128, num_heads=2, num_kv_heads=1)
+)
+
+
+def small_config(run_dir: str, **overrides) -> TrainConfig:
+    algorithm = overrides.get("algorithm", "rebn")
+    grouped = algorithm in ("grpo", "drgrpo", "rloo")
+    base = TrainConfig(
+        run_dir=run_dir,
+        seed=0,
+        steps=2,
+        algorithm=algorithm,
+        gamma=0.9,
+        episodes_per_step=4,
+        group_size=2 if grouped else 1,
+        env=EnvConfig(env_id="game:GuessTheNumber-v0-easy", num_envs=4, backend="inline"),
+        model=ModelSpec(preset=MICRO),
+        rollout=RolloutConfig(view="chat", num_groups=2, max_new_tokens=6, max_episode_tokens=320),
+        learner=LearnerConfig(lr=1e-3, kl_coef=0.01 if algorithm == "reinforce_pp" else 0.0),
+        curriculum=CurriculumConfig(),
+        batch_buckets=(128, 256, 512),
+        eval_every=0,
+        checkpoint_every=1,
+        console=False,
+        plot=False,
+    )
+    nested = {k: overrides.pop(k) for k in list(overrides) if isinstance(overrides[k], dict)}
+    cfg = dataclasses.replace(base, **overrides)
+    for name, fields in nested.items():
+        cfg = dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **fields)})
+    return cfg
+
+
+def main() -> None:
+    """argv[1]: JSON of small_config kwargs (with "run_dir"); runs the trainer and prints the summary."""
+    from jgem.sharding.mesh import initialize
+
+    initialize()
+    kwargs = json.loads(sys.argv[1])
+    if "curriculum" in kwargs and "horizons" in kwargs["curriculum"]:
+        kwargs["curriculum"]["horizons"] = tuple(kwargs["curriculum"]["horizons"])
+    from jgem.train import train
+
+    print("SUMMARY " + json.dumps(train(small_config(**kwargs)), default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()
