@@ -19,3 +19,7 @@ for _depth in range(1, 5):  # "agentgym:TextCraft-v0-d1" .. "-d4": goals of that
 register("agentgym:SciWorld-v0", f"{_M}.sciworld:SciWorldEnv", task=None)
 for _task in SCIWORLD_TASKS:  # "agentgym:SciWorld-boil-v0", ...
     register(f"agentgym:SciWorld-{_task}-v0", f"{_M}.sciworld:SciWorldEnv", task=_task)
+
+register("agentgym:DeepSearch-v0", f"{_M}.deepsearch:DeepSearchEnv", hops=None)
+for _hops in (1, 2, 3):  # "agentgym:DeepSearch-v0-hop2": questions needing that many linked passages
+    register(f"agentgym:DeepSearch-v0-hop{_hops}", f"{_M}.deepsearch:DeepSearchEnv", hops=_hops)

@@ -204,7 +204,11 @@ class EnvService:
         """Store the env's state server-side; the key restores it into any env of the same id."""
         slot = self._slot(idx)
         with slot.lock:
-            state = (slot.env_id, (slot.env.get_state(), slot.score, slot.last_obs, slot.needs_reset))
+            try:
+                env_state = slot.env.get_state()
+            except NotImplementedError as e:
+                raise ServiceError(501, f"{slot.env_id} cannot snapshot its state: {e}") from e
+            state = (slot.env_id, (env_state, slot.score, slot.last_obs, slot.needs_reset))
         key = uuid.uuid4().hex
         with self._lock:
             self._snapshots[key] = state
