@@ -101,7 +101,7 @@ class MastermindEnv(GameEnv):
             )
             return obs, Reward.FORMAT_ERROR, True, last_turn, self.info(success=False)
         guess = tuple(parse_number(d) for d in match.group(1).split())
-        shown = " ".join(map(str, guess))
+        shown = " ".join(map(str, guess[:12])) + (" ..." if len(guess) > 12 else "")
         reward = Reward.INVALID
         if len(guess) != self.code_length:
             obs = f"Turn {self.turn_count}: {shown} has {len(guess)} digits but the code has {self.code_length}."
