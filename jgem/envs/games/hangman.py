@@ -120,8 +120,8 @@ class HangmanEnv(GameEnv):
 
 
 class Solver:
-    """Keeps the words that fit the board and the missed letters; guesses the letter that most of
-    them contain, and the word once only one fits (or the board is full)."""
+    """Keeps the words that fit the board, the missed letters and its wrong word guesses; guesses the
+    letter (or word) that leaves the fewest words on average, and the word once only one fits."""
 
     def reset(self, obs: str, info: dict[str, Any], env: Env) -> None:
         self.candidates = [w.upper() for w in load_words(env.word_length, common=not env.hardcore)]
