@@ -51,7 +51,10 @@ class MinesweeperEnv(GameEnv):
         self._is_random = rows is None or cols is None or num_mines is None or max_turns is None
         if not self._is_random:
             if rows < 1 or cols < 1 or max_turns < 1 or num_mines < 0:
-                raise ValueError(f"bad board: rows={rows}, cols={cols}, num_mines={num_mines}, max_turns={max_turns}")
+                raise ValueError(
+                    f"need rows, cols, max_turns >= 1 and num_mines >= 0; got rows={rows}, cols={cols}, "
+                    f"num_mines={num_mines}, max_turns={max_turns}"
+                )
             if num_mines > rows * cols - 9:
                 raise ValueError(
                     f"{num_mines} mines do not fit on {rows}x{cols} outside the first reveal's 3x3 safe block; "
