@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jgem.algos import losses
 from jgem.algos.critic import critic_values
 from jgem.algos.types import TrainBatch
+from jgem.models.sampler import token_logprobs
 from jgem.sharding.rules import DEFAULT_RULES, Rules, batch_spec, check_batch_size, constrain_tree, shard_tree
 
 POLICY_LOSSES = ("ppo", "reinforce")
@@ -53,6 +54,7 @@ class LearnerConfig:
     minibatches: int = 1
     micro_batch_size: int | None = None  # rows per gradient-accumulation step; None: the whole minibatch
     shuffle: bool = True  # reshuffle rows between minibatches each epoch (only when minibatches > 1)
+    logprob_chunk_size: int = 1024  # tokens per vocab-projection chunk (memory O(chunk * V))
     # critic (PPO with GAE); used only when the TrainState has critic params
     critic_lr: float = 1e-5
     critic_max_grad_norm: float | None = 1.0
@@ -150,21 +152,11 @@ def init_train_state(
 # ----------------------------------------------------------------------------- forward passes
 
 
-def token_logprobs(model: nnx.Module, tokens: jax.Array, positions: jax.Array,
-                   segment_ids: jax.Array | None) -> tuple[jax.Array, jax.Array]:
-    """(logprobs f32[B, T], entropy f32[B, T]): column t scores tokens[:, t] given tokens[:, <t]; column 0 is 0."""
-    logits, _ = model(tokens, positions, segment_ids=segment_ids)
-    logp_all = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
-    lp = jnp.take_along_axis(logp_all, tokens[:, 1:, None], axis=-1)[..., 0]
-    ent = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
-    pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
-    return jnp.concatenate([pad, lp], axis=1), jnp.concatenate([pad, ent], axis=1)
-
-
 def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerConfig):
     """Micro-batch policy loss: (loss sum, (denominator, metric sums)). Differentiable in params."""
     model = nnx.merge(graphdef, params, model_state)
-    logp, entropy = token_logprobs(model, batch.tokens, batch.positions, batch.segment_ids)
+    logp, entropy = token_logprobs(model, batch.tokens, batch.positions, batch.segment_ids,
+                                   chunk_size=cfg.logprob_chunk_size)
     mask = batch.loss_mask
     if cfg.policy_loss == "ppo":
         per_token, clipped = losses.ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, clip_low=cfg.clip_low,

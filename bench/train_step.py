@@ -1,0 +1,173 @@
+"""Training step throughput: jgem `learner.update` vs the same PPO loss on transformers' PyTorch Qwen3 + torch AdamW.
+
+Same config, same weights (written by jgem's save_pretrained, read by transformers), same batch shape, one
+process; jgem and torch steps are interleaved so machine load hits both alike. MFU is against this machine's
+f32 matmul peak measured in the same run (best of jax and torch on a 2048^3 matmul).
+
+    .venv/bin/python bench/train_step.py --sizes tiny 100m --batch 8 --seq 256 --steps 5
+
+Prints one JSON line per measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from flax import nnx
+
+from jgem.algos.learner import LearnerConfig, init_train_state, update
+from jgem.algos.types import TrainBatch
+from jgem.models.config import ModelConfig, preset
+from jgem.models.hf import save_pretrained
+from jgem.models.transformer import Transformer
+
+CLIP = 0.2
+
+
+def emit(**kw) -> None:
+    print(json.dumps(kw), flush=True)
+
+
+def matmul_peak(n: int = 2048, reps: int = 5) -> dict[str, float]:
+    """Sustained f32 GFLOP/s of an n^3 matmul in jax and in torch (best of reps)."""
+    a = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    tj = min(_timed(lambda: f(a).block_until_ready()) for _ in range(reps))
+    ta_ = torch.randn(n, n)
+    ta_ @ ta_
+    tt = min(_timed(lambda: ta_ @ ta_) for _ in range(reps))
+    return {"jax": 2 * n**3 / tj / 1e9, "torch": 2 * n**3 / tt / 1e9}
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def train_flops_per_token(cfg: ModelConfig, seq: int) -> float:
+    """6 * matmul params (the lm head included, the embedding lookup not) + causal attention (PaLM appendix B)."""
+    n = cfg.num_params - cfg.vocab_size * cfg.hidden_size * (0 if cfg.tie_word_embeddings else 1)
+    attn = 6 * cfg.num_layers * cfg.num_heads * cfg.head_dim * seq  # QK^T and AV, fwd+bwd, causal half
+    return 6 * n + attn
+
+
+def make_batch(cfg: ModelConfig, b: int, t: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """One segment per row: a 32-token prompt then action tokens; old logprobs near the uniform policy."""
+    rng = np.random.default_rng(seed)
+    mask = np.broadcast_to(np.arange(t) >= 32, (b, t))
+    return {
+        "tokens": rng.integers(0, cfg.vocab_size, (b, t), dtype=np.int32),
+        "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
+        "loss_mask": mask.copy(),
+        "advantages": np.where(mask, rng.normal(size=(b, t)), 0.0).astype(np.float32),
+        "old_logprobs": np.where(mask, -np.log(cfg.vocab_size) + 0.05 * rng.normal(size=(b, t)), 0.0)
+        .astype(np.float32),
+    }
+
+
+def jgem_step(model: Transformer, data: dict, lcfg: LearnerConfig):
+    state = init_train_state(model, lcfg)
+    batch = TrainBatch(tokens=jnp.asarray(data["tokens"]), positions=jnp.asarray(data["positions"]),
+                       segment_ids=jnp.ones(data["tokens"].shape, jnp.int32),
+                       loss_mask=jnp.asarray(data["loss_mask"]), advantages=jnp.asarray(data["advantages"]),
+                       old_logprobs=jnp.asarray(data["old_logprobs"]))
+    box = {"state": state}
+
+    def step():
+        box["state"], m = update(box["state"], batch)
+        jax.block_until_ready(m)
+        return m
+
+    return step
+
+
+def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    model.train()
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": lcfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lcfg.lr, betas=(lcfg.b1, lcfg.b2),
+                            eps=lcfg.adam_eps)
+    tokens = torch.from_numpy(data["tokens"]).long()
+    positions = torch.from_numpy(data["positions"]).long()
+    mask = torch.from_numpy(data["loss_mask"]).float()
+    adv = torch.from_numpy(data["advantages"])
+    old = torch.from_numpy(data["old_logprobs"])
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=tokens, position_ids=positions).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, -1)
+        lp = torch.gather(logp, -1, tokens[:, 1:, None])[..., 0]
+        ratio = torch.exp(lp - old[:, 1:])
+        a = adv[:, 1:]
+        loss_tok = torch.maximum(-a * ratio, -a * torch.clamp(ratio, 1 - CLIP, 1 + CLIP))
+        m = mask[:, 1:]
+        loss = (loss_tok * m).sum() / m.sum()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), lcfg.max_grad_norm)
+        opt.step()
+        return float(loss)
+
+    return step
+
+
+def bench_size(name: str, b: int, t: int, steps: int, peak: float) -> None:
+    cfg = preset(name)
+    data = make_batch(cfg, b, t)
+    lcfg = LearnerConfig(lr=1e-5, weight_decay=0.01, max_grad_norm=1.0, logprob_chunk_size=b * t)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    with tempfile.TemporaryDirectory() as d:
+        save_pretrained(model, cfg, d)
+        t_step = torch_step(d, data, lcfg)
+    j_step = jgem_step(model, data, lcfg)
+    tc = _timed(j_step)  # compile + first step
+    t_step()  # warm-up
+    times = {"jgem": [], "torch": []}
+    for _ in range(steps):  # interleaved
+        times["jgem"].append(_timed(j_step))
+        times["torch"].append(_timed(t_step))
+    flops = train_flops_per_token(cfg, t) * b * t
+    res = {}
+    for impl, ts in times.items():
+        med = statistics.median(ts)
+        res[impl] = b * t / med
+        emit(bench="train_step", size=name, impl=impl, params=cfg.num_params, batch=b, seq=t,
+             step_s=round(med, 4), tokens_per_s=round(b * t / med, 1), gflops=round(flops / med / 1e9, 1),
+             mfu=round(flops / med / 1e9 / peak, 3), steps=steps, **({"compile_s": round(tc, 1)} if impl == "jgem"
+                                                                     else {}))
+    emit(bench="train_step", size=name, ratio_jgem_over_torch=round(res["jgem"] / res["torch"], 3))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", nargs="+", default=["tiny", "100m"])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    peaks = matmul_peak()
+    peak = max(peaks.values())
+    emit(bench="matmul_peak_f32", jax_gflops=round(peaks["jax"], 1), torch_gflops=round(peaks["torch"], 1),
+         cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(), device=str(jax.devices()[0]))
+    for name in args.sizes:
+        bench_size(name, args.batch, args.seq, args.steps, peak)
+
+
+if __name__ == "__main__":
+    main()
