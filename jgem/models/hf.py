@@ -202,6 +202,7 @@ def load_pretrained(path: str | os.PathLike, *, mesh: Mesh | None = None, dtype:
 
     filled: dict[str, jax.Array] = {}
     unexpected, misshaped = [], []
+    seen_bad: set[str] = set()
     for key, arr in tensors.items():
         hit = _match(key)
         if hit is None:
@@ -212,12 +213,15 @@ def load_pretrained(path: str | os.PathLike, *, mesh: Mesh | None = None, dtype:
         if name not in targets:
             if name == "lm_head" and cfg.tie_word_embeddings:
                 continue  # some tied checkpoints also store the head; transformers ignores it too
+            if name.startswith("value_") and not value_head:
+                continue  # a policy-only load of a checkpoint saved with a critic head
             unexpected.append(key)
             continue
         var = targets[name]
         want = _hf_shape(layout, var.shape)
         if tuple(arr.shape) != want:
             misshaped.append(f"{key}: checkpoint {tuple(arr.shape)}, expected {want}")
+            seen_bad.add(name)
             continue
         host = _to_jgem(layout, arr, var.shape).astype(var.dtype)
         names = var.get_metadata().get("out_sharding")
@@ -226,7 +230,7 @@ def load_pretrained(path: str | os.PathLike, *, mesh: Mesh | None = None, dtype:
         else:
             sh = sharding_fn(names, var.shape) if sharding_fn else logical_sharding(names, var.shape, mesh, rules)
             filled[name] = jax.make_array_from_callback(var.shape, sh, lambda idx, h=host: np.asarray(h[idx]))
-    missing = [n for n in targets if n not in filled and not n.startswith("value_")]
+    missing = [n for n in targets if n not in filled and n not in seen_bad and not n.startswith("value_")]
     if missing or unexpected or misshaped:
         parts = []
         if missing:
@@ -289,7 +293,7 @@ def save_pretrained(model: Transformer, cfg: ModelConfig, path: str | os.PathLik
         arr = np.asarray(jax.device_get(var[...]))
         if dtype is not None:
             arr = arr.astype(jnp.dtype(dtype))
-        tensors[key] = np.ascontiguousarray(_to_hf(layout, arr))
+        tensors[key] = np.array(_to_hf(layout, arr), order="C")  # (ascontiguousarray would make 0-d 1-d)
     hf = cfg.to_hf_dict()
     saved_dtype = str(jnp.dtype(dtype or cfg.param_dtype))
     hf["torch_dtype"] = hf["dtype"] = saved_dtype
