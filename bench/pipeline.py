@@ -14,9 +14,15 @@ as generating for it. The first collect of each mode is a warm-up (compiles ever
     .venv/bin/python bench/pipeline.py                       # 16 envs, parallel env threads
     .venv/bin/python bench/pipeline.py --workers 1           # host-bound envs: steps run one at a time
 
-Prints JSON lines: `calibration`, one `sample` per (rep, mode), and a `summary` with the median turns/s
-of both modes, their ratio, and `bound`: the ratio the measured generation and step times allow
-(lockstep round G(N) + S(N) over async round 2 max(G(N/2), S(N/2))).
+A third mode, `sequential`, runs the async mode's two groups with blocking sampling (same batch shapes,
+no overlap): async / sequential is the overlap alone, async / lockstep also includes the effect of
+generating for N/2 instead of N prompts per call.
+
+Prints JSON lines: `calibration`, one `sample` per (rep, mode) with a round's time split into waiting for
+the device, waiting for env steps and host work (a round = one turn of every env), and a `summary` with
+median turns/s per mode, `ratio` (async / lockstep), `overlap_ratio` (async / sequential) and `bound`: the
+best async / lockstep ratio this rep's measured times allow, lockstep round G(N) + S(N) over
+2 max(G(N/2), S(N/2)) (G: generation, S: stepping the envs, G(N/2) from the sequential round).
 """
 
 from __future__ import annotations
@@ -132,57 +138,75 @@ def main() -> None:
     sampler = Sampler(mcfg, eos_ids=chat.stop_token_ids, pad_id=chat.pad_id)
     pool = EnvPool(ENV_ID, args.envs, backend="thread", num_workers=workers, wrappers=wrappers_for_view("chat"))
     specs = [EpisodeSpec(i, i, 1000 + i) for i in range(args.envs * args.episodes_per_env)]
-    modes = {"lockstep": 1, "async": 2}
-    cfgs = {m: RolloutConfig(num_groups=g, max_new_tokens=args.new_tokens, max_episode_tokens=1024)
-            for m, g in modes.items()}
-    collectors = {m: Collector(pool, chat, c, env_name=ENV_ID) for m, c in cfgs.items()}
+    cfgs = {g: RolloutConfig(num_groups=g, max_new_tokens=args.new_tokens, max_episode_tokens=1024) for g in (1, 2)}
+    collectors = {g: Collector(pool, chat, c, env_name=ENV_ID) for g, c in cfgs.items()}
     probe = Probe(pool)
-    policies = {m: probe.wrap(SamplerPolicy(sampler, model, c)) for m, c in cfgs.items()}
+    # mode -> (groups, policy). "sequential" is the async mode's two groups with blocking sampling: same batch
+    # shapes as async, no overlap, so async / sequential isolates the overlap from the batch-size effect.
+    modes = {
+        "lockstep": (1, probe.wrap(SamplerPolicy(sampler, model, cfgs[1]))),
+        "sequential": (2, probe.wrap(TimedPolicy(sampler, model, cfgs[2]))),
+        "async": (2, probe.wrap(SamplerPolicy(sampler, model, cfgs[2]))),
+    }
+    rounds = args.episodes_per_env * turns  # every env plays this many turns, one per round
 
     try:
-        # Warm-up (compiles every prompt/batch bucket both modes meet), then calibration with blocking sampling.
+        # Warm-up (compiles every prompt/batch bucket both group sizes meet), then calibration: generation time
+        # per dispatch with blocking sampling, both group sizes interleaved twice, median of the means.
         _LATENCY[0] = 0.0
-        for m in modes:
-            collect(collectors[m], policies[m], specs, turns)
-        # Generation time per dispatch, blocking (no overlap); modes interleaved twice, medians of the means.
-        gen_samples: dict[str, list[float]] = {m: [] for m in modes}
+        for g in cfgs:
+            collect(collectors[g], SamplerPolicy(sampler, model, cfgs[g]), specs, turns)
+        gen_samples: dict[int, list[float]] = {1: [], 2: []}
         for _ in range(2):
-            for m, c in cfgs.items():
+            for g, c in cfgs.items():
                 timed = TimedPolicy(sampler, model, c)
-                collect(collectors[m], timed, specs, turns)
-                gen_samples[m].append(statistics.mean(timed.times))
-        gen = {m: statistics.median(v) for m, v in gen_samples.items()}
+                collect(collectors[g], timed, specs, turns)
+                gen_samples[g].append(statistics.mean(timed.times))
+        gen_all, gen_group = (statistics.median(gen_samples[g]) for g in (1, 2))
         waves_group = math.ceil(args.envs / 2 / workers)  # sleeping steps a group needs on `workers` threads
         waves_all = math.ceil(args.envs / workers)
-        latency = args.latency if args.latency is not None else gen["async"] / waves_group
+        latency = args.latency if args.latency is not None else gen_group / waves_group
         step_group, step_all = latency * waves_group, latency * waves_all
-        bound = (gen["lockstep"] + step_all) / (2 * max(gen["async"], step_group))
         print(json.dumps({"kind": "calibration", "envs": args.envs, "workers": workers, "new_tokens": args.new_tokens,
-                          "gen_all_s": round(gen["lockstep"], 4), "gen_group_s": round(gen["async"], 4),
+                          "gen_all_s": round(gen_all, 4), "gen_group_s": round(gen_group, 4),
                           "latency_s": round(latency, 4), "step_group_s": round(step_group, 4),
-                          "step_all_s": round(step_all, 4), "bound": round(bound, 3)}), flush=True)
+                          "step_all_s": round(step_all, 4),
+                          "bound": round((gen_all + step_all) / (2 * max(gen_group, step_group)), 3)}), flush=True)
 
         _LATENCY[0] = latency
         rates: dict[str, list[float]] = {m: [] for m in modes}
+        bounds = []
+        names = list(modes)
         for rep in range(args.reps):
-            for m in (modes if rep % 2 == 0 else reversed(list(modes))):
+            rot = names[rep % len(names):] + names[: rep % len(names)]  # rotate the order: drift hits all modes
+            round_s = {}
+            for m in rot:
+                g, policy = modes[m]
                 probe.reset()
-                n, dt = collect(collectors[m], policies[m], specs, turns)
+                if isinstance(policy, TimedPolicy):
+                    policy.times.clear()
+                n, dt = collect(collectors[g], policy, specs, turns)
                 rates[m].append(n / dt)
-                rounds = args.episodes_per_env * turns  # every env plays this many turns, one per round
+                device = probe.fetch_s + (sum(policy.times) if isinstance(policy, TimedPolicy) else 0.0)
+                round_s[m] = dt / rounds
                 print(json.dumps({
                     "kind": "sample", "rep": rep, "mode": m, "turns": n, "seconds": round(dt, 3),
                     "turns_per_s": round(n / dt, 2), "round_s": round(dt / rounds, 4),
-                    "wait_device_s": round(probe.fetch_s / rounds, 4), "wait_env_s": round(probe.step_s / rounds, 4),
-                    "host_s": round((dt - probe.fetch_s - probe.step_s) / rounds, 4),
+                    "wait_device_s": round(device / rounds, 4), "wait_env_s": round(probe.step_s / rounds, 4),
+                    "host_s": round((dt - device - probe.step_s) / rounds, 4),
                 }), flush=True)
+            # This rep's generation times: lockstep round = G(N) + S(N), sequential round = 2 (G(N/2) + S(N/2)).
+            g_half = round_s["sequential"] / 2 - step_group
+            bounds.append(round_s["lockstep"] / (2 * max(g_half, step_group)))
         med = {m: statistics.median(r) for m, r in rates.items()}
-        ratios = [a / b for a, b in zip(rates["async"], rates["lockstep"])]
         print(json.dumps({
             "kind": "summary", "envs": args.envs, "workers": workers, "latency_s": round(latency, 4),
-            "lockstep_turns_per_s": round(med["lockstep"], 2), "async_turns_per_s": round(med["async"], 2),
-            "ratio": round(med["async"] / med["lockstep"], 3), "ratio_per_rep": [round(r, 3) for r in ratios],
-            "bound": round(bound, 3), "platform": jax.devices()[0].platform, "load_avg_1m": round(_load(), 2),
+            **{f"{m}_turns_per_s": round(v, 2) for m, v in med.items()},
+            "ratio": round(med["async"] / med["lockstep"], 3),
+            "ratio_per_rep": [round(a / b, 3) for a, b in zip(rates["async"], rates["lockstep"])],
+            "overlap_ratio": round(med["async"] / med["sequential"], 3),
+            "bound": round(statistics.median(bounds), 3), "bound_per_rep": [round(b, 3) for b in bounds],
+            "platform": jax.devices()[0].platform, "load_avg_1m": round(_load(), 2),
         }), flush=True)
     finally:
         pool.close()

@@ -74,6 +74,7 @@ fi
 # The worker number comes from each host's own metadata, so one command line serves every host.
 worker_id='$(curl -s -H Metadata-Flavor:Google http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number)'
 train_args=$(printf '%q ' "$@")
+train_args=${train_args% }
 remote="cd $REPO_DIR && export JGEM_COORDINATOR=$JGEM_COORDINATOR JGEM_NUM_PROCESSES=$JGEM_NUM_PROCESSES \
 JGEM_PROCESS_ID=$worker_id ${EXTRA_ENV:-} && exec $PYTHON -m experiments.train $train_args"
 run "${GCLOUD[@]}" ssh "$TPU_NAME" "${LOC[@]}" --worker=all --command "$remote"

@@ -1,0 +1,142 @@
+"""Light checks of the experiment scripts: launchers (dry runs), ablation sweeps (run lists, dry runs, tables)
+and the train commands documented in docs/quickstart.md (they must parse and validate)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from experiments.ablations import common, compare_algorithms, gamma_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+POD = ROOT / "experiments" / "tpu_pod"
+
+
+def _sh(script: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, **env}, timeout=30)
+
+
+# -- tpu_pod ---------------------------------------------------------------------------------------
+
+
+def test_launch_dry_run_runs_one_command_on_every_worker():
+    r = _sh(POD / "launch.sh", "my-tpu", "us-central2-b", "tiny", "--steps", "3", "--run-dir", "/mnt/shared/a b",
+            DRY_RUN="1", JGEM_COORDINATOR="10.0.0.2:8476", JGEM_NUM_PROCESSES="4", PROJECT="proj")
+    assert r.returncode == 0, r.stderr
+    (line,) = r.stdout.rstrip("\n").splitlines()
+    argv = shlex.split(line)
+    assert argv[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", "my-tpu"]
+    assert "--worker=all" in argv and argv[argv.index("--project") + 1] == "proj"
+    remote = argv[argv.index("--command") + 1]
+    assert "JGEM_COORDINATOR=10.0.0.2:8476" in remote and "JGEM_NUM_PROCESSES=4" in remote
+    assert "JGEM_PROCESS_ID=$(curl" in remote and "agent-worker-number" in remote
+    # the train arguments survive the remote shell's word splitting, spaces included
+    train = remote.split("-m experiments.train ", 1)[1]
+    assert shlex.split(train) == ["tiny", "--steps", "3", "--run-dir", "/mnt/shared/a b"]
+
+
+def test_launch_usage_error():
+    r = _sh(POD / "launch.sh", "my-tpu")
+    assert r.returncode == 2 and "need <tpu-name> <zone> <preset>" in r.stderr
+
+
+def test_local_multiprocess_dry_run_gives_each_process_its_id():
+    r = _sh(POD / "local_multiprocess.sh", "3", "tiny", "--steps", "2", DRY_RUN="1", JGEM_PORT="9999")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 3
+    for i, line in enumerate(lines):
+        assert f"JGEM_PROCESS_ID={i} " in line and "JGEM_NUM_PROCESSES=3" in line
+        assert "JGEM_COORDINATOR=localhost:9999" in line and "JAX_PLATFORMS=cpu" in line
+        assert line.rstrip().endswith("-m experiments.train tiny --steps 2")
+    bad = _sh(POD / "local_multiprocess.sh", "two", "tiny")
+    assert bad.returncode == 2 and "positive integer" in bad.stderr
+
+
+# -- ablations -------------------------------------------------------------------------------------
+
+
+def test_gamma_sweep_runs_every_gamma_and_seed(tmp_path):
+    runs = gamma_sweep.build_runs([0.5, 1.0], [0, 1, 2], tmp_path, ["--steps", "2"], ["--eval-episodes", "8"])
+    assert len(runs) == 6 and len({r.run_dir for r in runs}) == 6
+    argv = runs[0].argv("tiny")
+    assert argv[0] == "tiny" and argv[argv.index("--gamma") + 1] == "0.5" and argv[-2:] == ["--eval-episodes", "8"]
+    with pytest.raises(SystemExit, match="outside"):
+        gamma_sweep.build_runs([1.5], [0], tmp_path, [], [])
+
+
+def test_compare_algorithms_checks_names_and_group_size(tmp_path):
+    runs = compare_algorithms.build_runs(["rebn", "grpo"], [0], 4, tmp_path, [], [])
+    assert [r.variant for r in runs] == ["rebn", "grpo"]
+    assert all(r.argv("tiny")[r.argv("tiny").index("--group-size") + 1] == "4" for r in runs)
+    with pytest.raises(SystemExit, match="group-size"):
+        compare_algorithms.build_runs(["rloo"], [0], 1, tmp_path, [], [])
+    with pytest.raises(SystemExit, match="unknown"):
+        compare_algorithms.build_runs(["a2c"], [0], 4, tmp_path, [], [])
+
+
+def test_dry_runs_print_resolved_configs(tmp_path, capsys):
+    gamma_sweep.main(["--gammas", "0.7", "--seeds", "3", "--steps", "2", "--out", str(tmp_path), "--dry-run",
+                      "--", "--eval-episodes", "8"])
+    compare_algorithms.main(["--algorithms", "rloo", "--seeds", "1", "--out", str(tmp_path), "--dry-run"])
+    rows = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
+    assert rows[0]["config"] | {"run_dir": None} == {
+        "gamma": 0.7, "seed": 3, "steps": 2, "algorithm": "rebn", "env.env_id": "game:GuessTheNumber-v0-easy",
+        "run_dir": None}
+    assert rows[0]["config"]["run_dir"] == str(tmp_path / "gamma0.7" / "seed3")
+    assert rows[1]["config"]["algorithm"] == "rloo" and rows[1]["config"]["group_size"] == 4
+
+
+def test_summarize_reads_summaries_and_curves(tmp_path):
+    runs = gamma_sweep.build_runs([0.5, 1.0], [0, 1], tmp_path, [], [])
+    for r, final in zip(runs, [0.25, 0.75, 0.5, None]):
+        r.run_dir.mkdir(parents=True)
+        rows = [{"step": s, "eval/success_rate": s / 10} for s in (0, 5, 10)]
+        (r.run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+        if final is not None:
+            (r.run_dir / "summary.json").write_text(json.dumps({"final_eval": {"eval/success_rate": final}}))
+    out = common.summarize(runs, tmp_path, "gamma", numeric_x=True)
+    assert out[0]["mean"] == pytest.approx(0.5) and out[0]["n"] == 2
+    assert out[1]["per_seed"] == {0: 0.5, 1: 1.0}  # no summary.json: the last eval row of metrics.jsonl
+    assert "| 0.5 | 2 | 0.500 |" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+# -- docs/quickstart.md ----------------------------------------------------------------------------
+
+
+def _documented_train_commands() -> list[tuple[dict[str, str], list[str]]]:
+    text = (ROOT / "docs" / "quickstart.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    out = []
+    for block in blocks:
+        for cmd in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(cmd, comments=True)
+            if "experiments.train" not in words or "--help" in words:
+                continue
+            env = dict(w.split("=", 1) for w in words[: words.index(".venv/bin/python")])
+            out.append((env, words[words.index("experiments.train") + 1 :]))
+    return out
+
+
+def test_quickstart_train_commands_parse_and_validate():
+    import tyro
+
+    from experiments.configs import PRESETS
+    from jgem.config import validate
+
+    cmds = _documented_train_commands()
+    assert len(cmds) >= 6
+    for env, argv in cmds:
+        cfg = tyro.extras.overridable_config_cli(PRESETS, args=argv, console_outputs=False)
+        if cfg.model.path is not None:  # the documented paths are placeholders for the user's checkpoint
+            cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=None))
+        validate(cfg, int(env.get("JAX_NUM_CPU_DEVICES", "1")))
