@@ -164,3 +164,29 @@ def test_config_errors_say_what_to_do():
     with pytest.raises(Exception, match="max-envs"):
         svc.create()
     assert parse_args(["--env", "game:", "--port", "9"]).port == 9
+
+
+def test_serves_a_real_agentgym_suite_by_prefix():
+    """TextCraft played to a win through HTTP with the reference planner, served by id prefix."""
+    from jgem.envs.agentgym.textcraft import default_book, plan
+
+    app = create_app(ServeConfig(envs=("agentgym:TextCraft",), token="tok"))
+    with TestClient(app) as c:
+        assert len(c.get("/env_ids", headers=H).json()["env_ids"]) == 5
+        assert c.post("/create", headers=H).status_code == 400  # several ids served: name one
+        idx = c.post("/create", json={"env_id": "agentgym:TextCraft-v0-d3"}, headers=H).json()["id"]
+        r = c.post("/reset", json={"id": idx, "seed": 4}, headers=H).json()
+        goal = r["observation"].rsplit("Goal: craft ", 1)[1].rstrip(".")
+        for seq, cmd in enumerate(plan(default_book(), goal), 1):
+            out = c.post("/step", json={"id": idx, "action": cmd, "seq": seq}, headers=H).json()
+        assert out["reward"] == 1.0 and out["done"] and out["info"]["success"] is True
+
+
+def test_cli_refuses_public_host_without_token(monkeypatch):
+    from jgem.envs.remote import server
+
+    monkeypatch.delenv("JGEM_SERVE_TOKEN", raising=False)
+    with pytest.raises(SystemExit, match="without a token"):
+        server.main(["--env", "test:Count-v0", "--host", "0.0.0.0"])
+    with pytest.raises(SystemExit, match="no registered env id"):
+        server.main(["--env", "nothing:Here", "--token", "t"])
