@@ -1,0 +1,152 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import Mesh
+
+from jgem.models.sampler import Sampler, token_logprobs
+from jgem.models.transformer import Transformer
+from tests.models.helpers import VOCAB, tiny_cfg
+
+CFG = tiny_cfg("qwen3")
+PROMPTS = [[5, 6, 7], list(range(10, 23)), [1, 2, 3, 4, 5, 6]]
+
+
+@pytest.fixture(scope="module")
+def model():
+    m = Transformer(CFG, rngs=nnx.Rngs(0))
+    # Sharper distributions than the 0.02-std init, so greedy / top-k choices are well separated.
+    m.embed[...] = m.embed[...] * 25.0
+    return m
+
+
+@pytest.fixture(scope="module")
+def sampler():
+    return Sampler(CFG, eos_ids=[], max_prompt_buckets=(16, 32))
+
+
+@nnx.jit(static_argnames=("chunk_size",))
+def tlp(model, tokens, positions, segment_ids=None, chunk_size=1024, temperature=1.0):
+    return token_logprobs(model, tokens, positions, segment_ids, chunk_size=chunk_size, temperature=temperature)
+
+
+def _sequences(prompts, out):
+    toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
+    return [p + toks[i, : lens[i]].tolist() for i, p in enumerate(prompts)]
+
+
+def test_sampler_logprobs_equal_token_logprobs(model, sampler):
+    out = sampler.generate(model, PROMPTS, jax.random.key(1), max_new_tokens=10, temperature=0.7, top_p=0.9)
+    assert isinstance(out.tokens, jax.Array) and out.tokens.shape == (3, 10) and out.tokens.dtype == jnp.int32
+    for seq, p, lp in zip(_sequences(PROMPTS, out), PROMPTS, np.asarray(out.logprobs)):
+        t = jnp.asarray([seq], jnp.int32)
+        ref, _ = tlp(model, t, jnp.arange(len(seq))[None], temperature=0.7)
+        np.testing.assert_allclose(lp, np.asarray(ref)[0, len(p):], atol=2e-5)
+        assert (lp < 0).all()
+
+
+def _naive(model, tokens, positions, segs):
+    logits, _ = model(tokens, positions, segment_ids=segs)
+    logp = jax.nn.log_softmax(logits[:, :-1], -1)
+    lp = jnp.take_along_axis(logp, tokens[:, 1:, None], -1)[..., 0]
+    ent = -jnp.sum(jnp.exp(logp) * logp, -1)
+    valid = (segs[:, 1:] == segs[:, :-1]) & (segs[:, 1:] != 0)
+    pad = lambda x: jnp.pad(jnp.where(valid, x, 0.0), ((0, 0), (1, 0)))
+    return pad(lp), pad(ent)
+
+
+def test_token_logprobs_reference_chunks_and_grads(model):
+    rs = np.random.RandomState(0)
+    tokens = jnp.asarray(rs.randint(0, VOCAB, (2, 9)), jnp.int32)
+    segs = jnp.asarray([[1, 1, 1, 1, 2, 2, 2, 0, 0], [1] * 9], jnp.int32)
+    positions = jnp.asarray([[0, 1, 2, 3, 0, 1, 2, 0, 0], list(range(9))], jnp.int32)
+    ref_lp, ref_ent = _naive(model, tokens, positions, segs)
+    for chunk in (1024, 7, 1):
+        lp, ent = tlp(model, tokens, positions, segs, chunk_size=chunk)
+        np.testing.assert_allclose(lp, ref_lp, atol=1e-5)
+        np.testing.assert_allclose(ent, ref_ent, atol=1e-5)
+    lp = np.asarray(lp)
+    assert lp[0, 0] == lp[0, 4] == lp[0, 7] == lp[0, 8] == 0 and (lp[0, [1, 2, 3, 5, 6]] < 0).all()
+    assert float(ent[1, 3]) > 0
+
+    def loss(m, fn):
+        return jnp.sum(fn(m) * jnp.arange(9.0))
+
+    g1 = nnx.grad(loss)(model, lambda m: token_logprobs(m, tokens, positions, segs, chunk_size=5)[0])
+    g2 = nnx.grad(loss)(model, lambda m: _naive(m, tokens, positions, segs)[0])
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    assert float(jnp.abs(g1["embed"][...]).sum()) > 0
+
+
+def _expected_length(row, eos, stops, n):
+    for i in range(n):
+        if row[i] in eos or any(i + 1 >= len(q) and row[i + 1 - len(q): i + 1] == q for q in stops):
+            return i + 1
+    return n
+
+
+def test_eos_and_stop_sequences_stop_each_row(model, sampler):
+    greedy = np.asarray(sampler.generate(model, PROMPTS, jax.random.key(0), max_new_tokens=12, greedy=True).tokens)
+    eos = int(greedy[0, 4])
+    stop = greedy[1, 6:8].tolist()
+    s = Sampler(CFG, eos_ids=[eos], pad_id=0, max_prompt_buckets=(16, 32))
+    out = s.generate(model, PROMPTS, jax.random.key(0), max_new_tokens=12, greedy=True, stop_sequences=[stop, [99]])
+    toks, lens, lps = np.asarray(out.tokens), np.asarray(out.lengths), np.asarray(out.logprobs)
+    for i in range(3):
+        n = _expected_length(greedy[i].tolist(), {eos}, [stop, [99]], 12)
+        assert lens[i] == n, (i, greedy[i], eos, stop)
+        assert toks[i, :n].tolist() == greedy[i, :n].tolist()
+        assert (toks[i, n:] == 0).all() and (lps[i, n:] == 0).all() and (lps[i, :n] < 0).all()
+    assert lens[0] <= 5 and lens[1] <= 8
+    # Without EOS ids, only the stop sequence ends row 1.
+    s2 = Sampler(CFG, eos_ids=[], max_prompt_buckets=(16, 32))
+    out2 = s2.generate(model, PROMPTS, jax.random.key(0), max_new_tokens=12, greedy=True, stop_sequences=[stop])
+    assert np.asarray(out2.lengths)[1] == _expected_length(greedy[1].tolist(), set(), [stop], 12)
+
+
+def test_top_k_and_top_p(model, sampler):
+    greedy = sampler.generate(model, PROMPTS, jax.random.key(0), max_new_tokens=8, greedy=True)
+    k1 = sampler.generate(model, PROMPTS, jax.random.key(7), max_new_tokens=8, top_k=1)
+    p0 = sampler.generate(model, PROMPTS, jax.random.key(8), max_new_tokens=8, top_p=1e-6)
+    np.testing.assert_array_equal(k1.tokens, greedy.tokens)
+    np.testing.assert_array_equal(p0.tokens, greedy.tokens)
+    # top-k=3 over 64 rows of one prompt: first tokens are all among the 3 most likely, and not all equal.
+    prompt = [[4, 8, 15, 16]]
+    logits, _ = model(jnp.asarray(prompt), jnp.arange(4)[None])
+    top3 = set(np.argsort(-np.asarray(logits[0, -1]))[:3].tolist())
+    out = sampler.generate(model, prompt * 64, jax.random.key(3), max_new_tokens=1, top_k=3, temperature=2.0)
+    first = set(np.asarray(out.tokens)[:, 0].tolist())
+    assert first <= top3 and len(first) > 1
+    free = sampler.generate(model, prompt * 64, jax.random.key(3), max_new_tokens=1, temperature=2.0)
+    assert not set(np.asarray(free.tokens)[:, 0].tolist()) <= top3
+
+
+def test_bucketing_bounds_compilations(model):
+    s = Sampler(CFG, eos_ids=[1], max_prompt_buckets=(16, 32))
+    for prompts in ([[1, 2, 3]] * 3, [[4] * 7] * 4, [[5] * 16, [6]]):  # batch bucket 4 or 2, prompt bucket 16
+        s.generate(model, prompts, jax.random.key(0), max_new_tokens=4, top_p=0.8, temperature=0.5)
+    assert s.num_compilations == 2  # batch buckets 4 and 2; sampling params are traced, not static
+    s.generate(model, [[1] * 17] * 3, jax.random.key(0), max_new_tokens=4, stop_sequences=[[1, 2]])
+    assert s.num_compilations == 3
+    with pytest.raises(ValueError, match="largest prompt bucket 32"):
+        s.generate(model, [[1] * 33], jax.random.key(0), max_new_tokens=4)
+    with pytest.raises(ValueError, match="empty"):
+        s.generate(model, [[1], []], jax.random.key(0), max_new_tokens=4)
+
+
+def test_mesh_over_data_equals_one_device(model):
+    prompts = PROMPTS + [[9, 9], [3] * 11, [7, 1, 7]]
+    one = Sampler(CFG, eos_ids=[3], max_prompt_buckets=(16,))
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "tensor"))
+    eight = Sampler(CFG, eos_ids=[3], max_prompt_buckets=(16,), mesh=mesh)
+    params = jax.device_put(nnx.state(model), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    gs = (nnx.graphdef(model), params)
+    for kw in (dict(greedy=True), dict(temperature=0.8, top_k=20)):
+        a = one.generate(model, prompts, jax.random.key(5), max_new_tokens=9, **kw)
+        b = eight.generate(gs, prompts, jax.random.key(5), max_new_tokens=9, **kw)
+        assert len(b.tokens.sharding.device_set) == 8
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        np.testing.assert_array_equal(a.lengths, b.lengths)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
