@@ -163,6 +163,10 @@ def test_config_errors_say_what_to_do():
     svc.create()
     with pytest.raises(Exception, match="max-envs"):
         svc.create()
+    svc = EnvService(ServeConfig(envs=("test:Count-v0",), max_envs=3))
+    with pytest.raises(Exception, match="max-envs"):
+        svc.create_many(4)
+    assert len(svc) == 0  # all or nothing
     assert parse_args(["--env", "game:", "--port", "9"]).port == 9
 
 

@@ -8,6 +8,7 @@ on success, else 0), summed over the primitives of the turn.
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -121,6 +122,18 @@ class BabyAIEnv(Env):
         if self.done:
             info["success"] = bool(terminated and reward > 0)
         return self._with_actions(text), reward, bool(terminated), bool(truncated), info
+
+    def get_state(self) -> Any:
+        # Only the current level's minigrid env matters; the other cached levels are rebuilt on demand.
+        state = {k: v for k, v in vars(self).items() if k not in ("spec", "_games")}
+        return copy.deepcopy({**state, "_game": self._games.get(self.level)})
+
+    def set_state(self, state: Any) -> None:
+        state = copy.deepcopy(state)
+        game = state.pop("_game")
+        vars(self).update(state)
+        if game is not None:
+            self._games[self.level] = game
 
     def sample_random_action(self) -> str:
         acts = self.available_actions()

@@ -184,8 +184,7 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
 
     @app.post("/batch/create", dependencies=guarded)
     def batch_create(body: BatchCreateBody) -> dict:
-        return {"ids": [svc.create(body.env_id, body.env_kwargs) for _ in range(body.count)],
-                "instance": svc.instance}
+        return {"ids": svc.create_many(body.count, body.env_id, body.env_kwargs), "instance": svc.instance}
 
     @app.post("/reset", dependencies=guarded)
     def reset(body: ResetBody) -> dict:

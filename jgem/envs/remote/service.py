@@ -115,6 +115,18 @@ class EnvService:
             self.counters["created"] += 1
         return idx
 
+    def create_many(self, count: int, env_id: str | None = None, env_kwargs: dict | None = None) -> list[int]:
+        """All or nothing: if one creation fails, the ones made before it are closed."""
+        ids: list[int] = []
+        try:
+            for _ in range(count):
+                ids.append(self.create(env_id, env_kwargs))
+        except ServiceError:
+            for i in ids:
+                self.close(i)
+            raise
+        return ids
+
     def close(self, idx: int) -> None:
         with self._lock:
             slot = self._slots.pop(idx, None)
