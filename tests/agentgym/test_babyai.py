@@ -148,3 +148,35 @@ def test_reset_is_reproducible_and_state_clones():
     b.set_state(state)
     r2 = [b.step(x)[:4] for x in ("move forward", "turn right")]
     assert r1 == r2
+
+
+def test_random_macro_actions_do_what_they_say():
+    """Random play over many levels: 'go to' ends facing the object, 'pick up' ends carrying it."""
+    import numpy as np
+
+    from jgem.envs.agentgym import babyai_render as R
+
+    rng = np.random.default_rng(0)
+    env = BabyAIEnv(level=None, max_turns=12)
+    checked = 0
+    for seed in range(25):
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            labels = dict(R.numbered(R.perceive(env.game).objects))
+            action = env.available_actions()[int(rng.integers(len(env.available_actions())))]
+            target = next((labels[action[len(p):]] for p in ("go to ", "pick up ") if action[len(p):] in labels
+                           and action.startswith(p)), None)
+            *_, term, trunc, info = env.step(action)
+            done = term or trunc
+            assert info["action_is_valid"]
+            if target is None or term:
+                continue
+            u = env.game
+            if action.startswith("go to "):
+                assert tuple(u.front_pos) == target.pos, (action, target)
+            else:
+                assert u.carrying is not None and (u.carrying.color, u.carrying.type) == (target.color, target.kind)
+            checked += 1
+    env.close()
+    assert checked >= 20
