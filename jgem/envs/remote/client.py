@@ -1,7 +1,8 @@
 """Clients of the env server: `RemoteEnv` (one env, a `jgem.core.Env`) and `AsyncBatchClient` (many envs).
 
 Failure semantics (what the pool relies on): every request has a timeout; transport errors are retried
-with exponential backoff (steps carry a sequence number, so a retried step is never applied twice);
+with exponential backoff, with no new attempt once `timeout` has passed, so one call ends within about
+twice `timeout` (steps carry a sequence number, so a retried step is never applied twice);
 when the server is gone or restarted, the in-flight episode ends as truncated with the reason in
 `info["fault"]`, and the next `reset` re-creates the env (on a fallback url if the first stays down),
 raising `jgem.core.EnvFault` only if no server answers.
@@ -90,8 +91,11 @@ class RemoteEnv(Env):
         """POST with retries on transport errors and 502-504; raises `_Gone` on 404/410, EnvFault otherwise."""
         headers = {INSTANCE_HEADER: self._instance} if self._instance else {}
         last = ""
+        give_up = time.monotonic() + self.timeout  # no new attempt after this: a call ends within ~2 x timeout
         for attempt in range(self.retries + 1):
             if attempt:
+                if time.monotonic() > give_up:
+                    break
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 r = self._client().post(path, json=body, headers=headers)
@@ -108,7 +112,7 @@ class RemoteEnv(Env):
             if r.status_code >= 400:
                 raise EnvFault(f"{self.base_url}{path} answered HTTP {r.status_code}: {_detail(r)}")
             return r.json()
-        raise EnvFault(f"{self.base_url}{path} failed after {self.retries + 1} attempts: {last}")
+        raise EnvFault(f"{self.base_url}{path} failed (retried for {self.timeout:g} s): {last}")
 
     def _create(self) -> None:
         self._instance = None
@@ -220,7 +224,7 @@ class AsyncBatchClient:
     def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0, retries: int = 3,
                  backoff_s: float = 0.1, max_batch: int = 512) -> None:
         self.base_url, self.retries, self.backoff_s = base_url.rstrip("/"), retries, backoff_s
-        self.max_batch = max_batch
+        self.max_batch, self.timeout = max_batch, timeout
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=bearer(token),
                                        timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
                                        limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
@@ -230,8 +234,11 @@ class AsyncBatchClient:
     async def _post(self, path: str, body: dict) -> dict:
         headers = {INSTANCE_HEADER: self.instance} if self.instance else {}
         last = ""
+        give_up = time.monotonic() + self.timeout
         for attempt in range(self.retries + 1):
             if attempt:
+                if time.monotonic() > give_up:
+                    break
                 await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 r = await self._http.post(path, json=body, headers=headers)
@@ -244,7 +251,7 @@ class AsyncBatchClient:
             if r.status_code >= 400:
                 raise EnvFault(f"{self.base_url}{path} answered HTTP {r.status_code}: {_detail(r)}")
             return r.json()
-        raise EnvFault(f"{self.base_url}{path} failed after {self.retries + 1} attempts: {last}")
+        raise EnvFault(f"{self.base_url}{path} failed (retried for {self.timeout:g} s): {last}")
 
     def _chunks(self, items: list) -> list[list]:
         return [items[i : i + self.max_batch] for i in range(0, len(items), self.max_batch)]
