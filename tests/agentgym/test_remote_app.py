@@ -176,7 +176,7 @@ def test_serves_a_real_agentgym_suite_by_prefix():
 
     app = create_app(ServeConfig(envs=("agentgym:TextCraft",), token="tok"))
     with TestClient(app) as c:
-        assert len(c.get("/env_ids", headers=H).json()["env_ids"]) == 5
+        assert len(c.get("/env_ids", headers=H).json()["env_ids"]) == 6  # v0, d1..d4, minecraft
         assert c.post("/create", headers=H).status_code == 400  # several ids served: name one
         idx = c.post("/create", json={"env_id": "agentgym:TextCraft-v0-d3"}, headers=H).json()["id"]
         r = c.post("/reset", json={"id": idx, "seed": 4}, headers=H).json()
