@@ -18,7 +18,7 @@ $(VENV)/.bench: $(STAMP)
 	@touch $@
 
 demo: $(STAMP)
-	$(BIN)/python -m experiments.play_games
+	$(BIN)/python -m experiments.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q tests

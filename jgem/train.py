@@ -125,8 +125,8 @@ class Trainer:
             critic = None
             if ppo:
                 critic = Transformer(mcfg, rngs=nnx.Rngs(cfg.seed + 1), value_head=True)
-                if cfg.critic_from_policy:
-                    nnx.update(critic, nnx.state(model, nnx.Param))
+                if cfg.critic_from_policy:  # copies: `update` donates both, so they must not share buffers
+                    nnx.update(critic, jax.tree.map(jnp.copy, nnx.state(model, nnx.Param)))
         return model, critic, mcfg
 
     # -- device functions (jitted in __init__) -------------------------------------------------------

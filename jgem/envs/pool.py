@@ -82,6 +82,7 @@ class EnvFactory:
     remote_url: str | None = None
     remote_token: str | None = None
     remote_timeout: float = 30.0
+    remote_fallbacks: tuple[str, ...] = ()  # other servers to move to when this one is gone
 
     def __call__(self) -> Env:
         if self.remote_url is not None:
@@ -93,6 +94,7 @@ class EnvFactory:
                 token=self.remote_token,
                 env_kwargs=self.env_kwargs or None,
                 timeout=self.remote_timeout,
+                fallback_urls=self.remote_fallbacks,
             )
         elif isinstance(self.env, str):
             from jgem.registry import make
@@ -355,11 +357,12 @@ class EnvPool:
                 raise ValueError("the remote backend needs an env id string, not a callable")
             if not remote_urls:
                 raise ValueError("backend='remote' needs remote_urls=[...] (one or more env server base URLs)")
-            # Round-robin over servers; a rebuilt env reconnects to its own server. HTTP requests time out
+            # Round-robin over servers; a rebuilt env reconnects to its own server, or to another when it is gone. HTTP requests time out
             # with the step, so a thread abandoned on a hung server does not linger.
             urls, http_timeout = list(remote_urls), step_timeout or 30.0
             factories = [
-                EnvFactory(env, env_kwargs, wrappers, urls[i % len(urls)], remote_token, http_timeout)
+                EnvFactory(env, env_kwargs, wrappers, urls[i % len(urls)], remote_token, http_timeout,
+                           tuple(u for u in urls if u != urls[i % len(urls)]))
                 for i in range(num_envs)
             ]
             self._backend = _ThreadBackend(factories, num_workers or num_envs, step_timeout)
