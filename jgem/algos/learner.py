@@ -292,6 +292,7 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
     value_loss / critic_grad_norm with a critic.
     """
     cfg, mesh = state.cfg, state.mesh
+    batch.validate()  # shapes are static: this runs once, at trace time
     M, n, r = _micro_layout(batch, cfg, mesh)
     B = batch.tokens.shape[0]
     if state.critic_params is not None and batch.value_mask is None:

@@ -97,8 +97,8 @@ def initialize(
     if all(given):
         if not 0 <= process_id < num_processes:
             raise ValueError(f"process_id {process_id} is outside [0, {num_processes}); ids run 0..num_processes-1")
-        if os.environ.get("JAX_PLATFORMS", "").startswith("cpu"):
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        # only affects the CPU backend (harmless on GPU/TPU hosts); without it CPU processes cannot all-reduce
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
                                    process_id=process_id, local_device_ids=local_device_ids)
         log.info("jax.distributed: process %d/%d via %s", process_id, num_processes, coordinator_address)
