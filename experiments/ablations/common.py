@@ -51,6 +51,8 @@ def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=None, help="training steps per run (default: the preset's)")
     ap.add_argument("--eval-every", type=int, default=None, help="eval interval (default: the preset's)")
     ap.add_argument("--out", default=default_out, help=f"sweep directory (default: {default_out})")
+    ap.add_argument("--metric", default=METRIC, help=f"metric compared across variants (default: {METRIC}; "
+                    "e.g. rollout/success_rate when --eval-every 0)")
     ap.add_argument("--dry-run", action="store_true", help="print each run's command and config, run nothing")
     return ap
 

@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                     "run_dir"])
         return
     run_all(runs, args.preset, args.steps)
-    summarize(runs, out, "algorithm", numeric_x=False)
+    summarize(runs, out, "algorithm", numeric_x=False, metric=args.metric)
 
 
 if __name__ == "__main__":

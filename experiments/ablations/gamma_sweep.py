@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         dry_run(runs, args.preset, ["gamma", "seed", "steps", "algorithm", "env.env_id", "run_dir"])
         return
     run_all(runs, args.preset, args.steps)
-    summarize(runs, out, "gamma", numeric_x=True)
+    summarize(runs, out, "gamma", numeric_x=True, metric=args.metric)
 
 
 if __name__ == "__main__":
