@@ -11,7 +11,8 @@ from jgem.models.config import ModelConfig
 
 @flax.struct.dataclass
 class KVCache:
-    """k[l], v[l]: [B,K,S,H] per layer; segment_ids[B,S] (0 = empty or padding); end: int32[] next slot to write.
+    """Per layer l: k[l] keys transposed [B,K,H,S], v[l] values [B,K,S,H]; segment_ids[B,S] (0 = empty or
+    padding); end: int32[] the next slot to write.
 
     All rows write the same slots, so prompts of different lengths are right-aligned by the caller and padded
     on the left with segment 0 (see Sampler). Writing past S is not checked on device: size S for the whole
@@ -32,10 +33,11 @@ class KVCache:
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
     """An empty cache for `batch` rows of `max_len` slots (dtype defaults to the compute dtype)."""
     dtype = jnp.dtype(dtype or cfg.dtype)
-    shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+    kshape = (batch, cfg.num_kv_heads, cfg.head_dim, max_len)
+    vshape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
     return KVCache(
-        k=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
-        v=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
+        k=tuple(jnp.zeros(kshape, dtype) for _ in range(cfg.num_layers)),
+        v=tuple(jnp.zeros(vshape, dtype) for _ in range(cfg.num_layers)),
         segment_ids=jnp.zeros((batch, max_len), jnp.int32),
         end=jnp.zeros((), jnp.int32),
     )

@@ -107,9 +107,12 @@ def sample_logits(logits: Array, rng: Array, temperature: Array, top_p: Array, t
         thr = jnp.min(jnp.where(keep, srt, jnp.inf), axis=-1, keepdims=True)
         return jnp.where(x >= thr, x, -jnp.inf)
 
-    filtered = jax.lax.cond((top_p < 1.0) | (top_k > 0), truncate, lambda x: x, scaled)
-    sampled = jax.random.categorical(rng, filtered, axis=-1)
-    tok = jnp.where(greedy, jnp.argmax(logits, axis=-1), sampled).astype(jnp.int32)
+    def sample(x):
+        x = jax.lax.cond((top_p < 1.0) | (top_k > 0), truncate, lambda y: y, x)
+        return jax.random.categorical(rng, x, axis=-1).astype(jnp.int32)
+
+    # A real branch: greedy decoding skips the sort and the random bits ([B,V] each step).
+    tok = jax.lax.cond(greedy, lambda x: jnp.argmax(x, axis=-1).astype(jnp.int32), sample, scaled)
     return tok, jnp.take_along_axis(logp, tok[:, None], axis=-1)[:, 0]
 
 
@@ -122,6 +125,13 @@ def _stopped(tok: Array, recent: Array, eos: Array, stop: Array) -> tuple[Array,
         match = (stop[None] == -1) | (recent[:, None, :] == stop[None])  # [B,S,L]
         hit |= jnp.any(jnp.all(match, axis=-1), axis=-1)
     return hit, recent
+
+
+def _grow(cache: KVCache, extra: int) -> KVCache:
+    """Appends `extra` empty slots (segment 0) to every row of the cache."""
+    pad = lambda x, axis: jnp.pad(x, [(0, extra if i == axis else 0) for i in range(x.ndim)])
+    return KVCache(k=tuple(pad(x, 3) for x in cache.k), v=tuple(pad(x, 2) for x in cache.v),
+                   segment_ids=pad(cache.segment_ids, 1), end=cache.end)
 
 
 def _pow2(n: int) -> int:
@@ -225,8 +235,10 @@ class Sampler:
         self._traces += 1  # runs once per trace, i.e. per compilation
         model = nnx.merge(graphdef, state)
         bsz, plen = tokens.shape
-        cache = self._constrain(init_cache(self.cfg, bsz, plen + max_new, self.cache_dtype))
+        # Prefill into a prompt-sized cache (attention over P keys, not P+N), then grow it for decoding.
+        cache = self._constrain(init_cache(self.cfg, bsz, plen, self.cache_dtype))
         h, cache = model.hidden(tokens, positions, segment_ids=segs, cache=cache)
+        cache = self._constrain(_grow(cache, max_new))
         logits = model.logits(h[:, -1:])[:, 0]
         rng, sub = jax.random.split(rng)
         tok, lp = sample_logits(logits, sub, temperature, top_p, top_k, greedy)
@@ -279,7 +291,7 @@ class Sampler:
         batch = self.batch_axes or None
         t = self.mesh.shape.get("tensor", 1)
         heads = "tensor" if t > 1 and self.cfg.num_kv_heads % t == 0 else None
-        kv = NamedSharding(self.mesh, PartitionSpec(batch, heads, None, None))
+        kv = NamedSharding(self.mesh, PartitionSpec(batch, heads, None, None))  # k [B,K,H,S], v [B,K,S,H]
         seg = NamedSharding(self.mesh, PartitionSpec(batch, None))
         c = partial(jax.lax.with_sharding_constraint)
         return KVCache(k=tuple(c(x, kv) for x in cache.k), v=tuple(c(x, kv) for x in cache.v),
