@@ -45,6 +45,7 @@ cleanup() {  # stop only the processes this script started
 }
 trap cleanup INT TERM
 for ((i = 0; i < N; i++)); do
+  : >"$LOG_DIR/proc$i.log"  # exists before the tail below opens it
   # shellcheck disable=SC2046
   env $(env_for "$i") "$PYTHON" -m experiments.train "$@" >"$LOG_DIR/proc$i.log" 2>&1 &
   pids+=($!)
