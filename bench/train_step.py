@@ -2,7 +2,8 @@
 
 Same config, same weights (written by jgem's save_pretrained, read by transformers), same batch shape, one
 process; jgem and torch steps are interleaved so machine load hits both alike. MFU is against this machine's
-f32 matmul peak measured in the same run (best of jax and torch on a 2048^3 matmul).
+f32 matmul peak measured in the same run, before every step pair (best of jax and torch on a 2048^3
+matmul); each step's MFU uses the peak measured next to it and the median is reported.
 
     .venv/bin/python bench/train_step.py --sizes tiny 100m --batch 8 --seq 256 --steps 5
 
@@ -121,15 +122,15 @@ def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), lcfg.max_grad_norm)
         opt.step()
-        return float(loss)
+        return float(loss.detach())
 
     return step
 
 
-def bench_size(name: str, b: int, t: int, steps: int, peak: float) -> None:
+def bench_size(name: str, b: int, t: int, steps: int) -> None:
     cfg = preset(name)
     data = make_batch(cfg, b, t)
-    lcfg = LearnerConfig(lr=1e-5, weight_decay=0.01, max_grad_norm=1.0, logprob_chunk_size=b * t)
+    lcfg = LearnerConfig(lr=1e-5, weight_decay=0.01, max_grad_norm=1.0)  # default logprob chunks (1024 tokens)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
     with tempfile.TemporaryDirectory() as d:
         save_pretrained(model, cfg, d)
@@ -138,7 +139,9 @@ def bench_size(name: str, b: int, t: int, steps: int, peak: float) -> None:
     tc = _timed(j_step)  # compile + first step
     t_step()  # warm-up
     times = {"jgem": [], "torch": []}
-    for _ in range(steps):  # interleaved
+    peaks = []
+    for _ in range(steps):  # interleaved, with the peak re-measured each round: load on a shared box drifts
+        peaks.append(max(matmul_peak(reps=3).values()))
         times["jgem"].append(_timed(j_step))
         times["torch"].append(_timed(t_step))
     flops = train_flops_per_token(cfg, t) * b * t
@@ -146,10 +149,11 @@ def bench_size(name: str, b: int, t: int, steps: int, peak: float) -> None:
     for impl, ts in times.items():
         med = statistics.median(ts)
         res[impl] = b * t / med
+        mfu = statistics.median(flops / ti / 1e9 / pk for ti, pk in zip(ts, peaks))
+        extra = {"compile_s": round(tc, 1)} if impl == "jgem" else {}
         emit(bench="train_step", size=name, impl=impl, params=cfg.num_params, batch=b, seq=t,
              step_s=round(med, 4), tokens_per_s=round(b * t / med, 1), gflops=round(flops / med / 1e9, 1),
-             mfu=round(flops / med / 1e9 / peak, 3), steps=steps, **({"compile_s": round(tc, 1)} if impl == "jgem"
-                                                                     else {}))
+             mfu=round(mfu, 3), peak_gflops=round(statistics.median(peaks), 1), steps=steps, **extra)
     emit(bench="train_step", size=name, ratio_jgem_over_torch=round(res["jgem"] / res["torch"], 3))
 
 
@@ -162,11 +166,10 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     peaks = matmul_peak()
-    peak = max(peaks.values())
     emit(bench="matmul_peak_f32", jax_gflops=round(peaks["jax"], 1), torch_gflops=round(peaks["torch"], 1),
          cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(), device=str(jax.devices()[0]))
     for name in args.sizes:
-        bench_size(name, args.batch, args.seq, args.steps, peak)
+        bench_size(name, args.batch, args.seq, args.steps)
 
 
 if __name__ == "__main__":

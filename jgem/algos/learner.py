@@ -163,12 +163,17 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
                                                   clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
     else:
         per_token, clipped = losses.reinforce_loss(logp, batch.advantages), jnp.zeros_like(mask)
-    kl = jnp.zeros_like(logp)
+    if cfg.kl_coef and batch.ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs TrainBatch.ref_logprobs (reference-policy logprobs); pass them")
+    # reported whenever reference logprobs are given, even without a penalty
+    kl = jnp.zeros_like(logp) if batch.ref_logprobs is None else losses.kl_penalty(logp, batch.ref_logprobs,
+                                                                                    cfg.kl_estimator)
+    # terms with a zero coefficient stay out of the graph: 0 * x still costs x's backward pass
+    total = per_token
     if cfg.kl_coef:
-        if batch.ref_logprobs is None:
-            raise ValueError("kl_coef > 0 needs TrainBatch.ref_logprobs (reference-policy logprobs); pass them")
-        kl = losses.kl_penalty(logp, batch.ref_logprobs, cfg.kl_estimator)
-    total = per_token + cfg.kl_coef * kl - cfg.entropy_coef * entropy
+        total = total + cfg.kl_coef * kl
+    if cfg.entropy_coef:
+        total = total - cfg.entropy_coef * entropy
     loss_sum, denom = losses.aggregate(total, mask, batch.segment_ids, cfg.aggregation, cfg.loss_norm_constant)
     m = mask.astype(jnp.float32)
     sg = jax.lax.stop_gradient

@@ -7,7 +7,14 @@ import pytest
 from flax import nnx
 
 from jgem.algos.critic import make_critic
-from jgem.algos.learner import LearnerConfig, init_train_state, policy_loss, token_logprobs, update
+from jgem.algos.learner import (
+    LearnerConfig,
+    init_train_state,
+    make_schedule,
+    policy_loss,
+    token_logprobs,
+    update,
+)
 from jgem.algos.types import TrainBatch
 from jgem.sharding.mesh import MeshConfig, make_mesh
 from jgem.sharding.rules import shard_batch
@@ -167,7 +174,17 @@ def test_critic_trains_inside_the_same_update():
     assert "value_w" not in state.params and "value_w" in state.critic_params
 
 
-# ----------------------------------------------------------------------------- errors
+# ----------------------------------------------------------------------------- schedules and errors
+
+
+def test_schedules():
+    cos = make_schedule(LearnerConfig(schedule="cosine", warmup_steps=10, decay_steps=100, min_lr_ratio=0.1), 1.0)
+    np.testing.assert_allclose([cos(0), cos(5), cos(10), cos(60), cos(110), cos(500)],
+                               [0.0, 0.5, 1.0, 0.55, 0.1, 0.1], rtol=1e-5, atol=1e-6)
+    lin = make_schedule(LearnerConfig(schedule="linear", warmup_steps=0, decay_steps=10), 2.0)
+    np.testing.assert_allclose([lin(0), lin(5), lin(10)], [2.0, 1.0, 0.0], atol=1e-6)
+    const = make_schedule(LearnerConfig(warmup_steps=4), 3.0)
+    np.testing.assert_allclose([const(0), const(2), const(4), const(1000)], [0.0, 1.5, 3.0, 3.0], atol=1e-6)
 
 
 def test_bad_configs_give_clear_errors():
