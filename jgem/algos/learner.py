@@ -315,7 +315,12 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
         return jax.lax.scan(_optimizer_step, st, _split(data, M, n, r, mesh))
 
     state, metrics = jax.lax.scan(epoch, state, jax.random.split(epoch_rng, cfg.epochs))
-    metrics = {k: (v.sum() if k == "skipped" else v.mean()) for k, v in metrics.items()}
+    # a skipped step's metrics are inf/nan: average the applied steps (nan if none), count the skipped
+    applied = metrics["skipped"] == 0
+    n_applied = applied.sum()
+    metrics = {k: (v.sum() if k == "skipped" else
+                   jnp.where(n_applied > 0, jnp.where(applied, v, 0.0).sum() / jnp.maximum(n_applied, 1), jnp.nan))
+               for k, v in metrics.items()}
     m = batch.loss_mask
     adv = batch.advantages
     cnt = jnp.maximum(m.sum(), 1)

@@ -150,6 +150,7 @@ def test_nonfinite_gradients_skip_the_step():
     one_row = batch.replace(advantages=batch.advantages.at[0, 5].set(jnp.inf))
     params, m = _run(None, batch=one_row)
     assert m["skipped"] == 2  # the row lands in one minibatch per epoch; the other steps are applied
+    assert np.isfinite(m["loss"]) and np.isfinite(m["grad_norm"])  # averaged over the applied steps
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(init)))
 
