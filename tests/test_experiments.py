@@ -87,9 +87,11 @@ def test_dry_runs_print_resolved_configs(tmp_path, capsys):
     gamma_sweep.main(["--gammas", "0.7", "--seeds", "3", "--steps", "2", "--out", str(tmp_path), "--dry-run",
                       "--", "--eval-episodes", "8"])
     compare_algorithms.main(["--algorithms", "rloo", "--seeds", "1", "--out", str(tmp_path), "--dry-run"])
+    from experiments.configs import tiny
+
     rows = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
     assert rows[0]["config"] | {"run_dir": None} == {
-        "gamma": 0.7, "seed": 3, "steps": 2, "algorithm": "rebn", "env.env_id": "game:GuessTheNumber-v0-easy",
+        "gamma": 0.7, "seed": 3, "steps": 2, "algorithm": tiny().algorithm, "env.env_id": tiny().env.env_id,
         "run_dir": None}
     assert rows[0]["config"]["run_dir"] == str(tmp_path / "gamma0.7" / "seed3")
     assert rows[1]["config"]["algorithm"] == "rloo" and rows[1]["config"]["group_size"] == 4
