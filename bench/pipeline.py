@@ -167,18 +167,30 @@ def main() -> None:
         waves_all = math.ceil(args.envs / workers)
         latency = args.latency if args.latency is not None else gen_group / waves_group
         step_group, step_all = latency * waves_group, latency * waves_all
-        print(json.dumps({"kind": "calibration", "envs": args.envs, "workers": workers, "new_tokens": args.new_tokens,
-                          "gen_all_s": round(gen_all, 4), "gen_group_s": round(gen_group, 4),
-                          "latency_s": round(latency, 4), "step_group_s": round(step_group, 4),
-                          "step_all_s": round(step_all, 4),
-                          "bound": round((gen_all + step_all) / (2 * max(gen_group, step_group)), 3)}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "kind": "calibration",
+                    "envs": args.envs,
+                    "workers": workers,
+                    "new_tokens": args.new_tokens,
+                    "gen_all_s": round(gen_all, 4),
+                    "gen_group_s": round(gen_group, 4),
+                    "latency_s": round(latency, 4),
+                    "step_group_s": round(step_group, 4),
+                    "step_all_s": round(step_all, 4),
+                    "bound": round((gen_all + step_all) / (2 * max(gen_group, step_group)), 3),
+                }
+            ),
+            flush=True,
+        )
 
         _LATENCY[0] = latency
         rates: dict[str, list[float]] = {m: [] for m in modes}
         bounds = []
         names = list(modes)
         for rep in range(args.reps):
-            rot = names[rep % len(names):] + names[: rep % len(names)]  # rotate the order: drift hits all modes
+            rot = names[rep % len(names) :] + names[: rep % len(names)]  # rotate the order: drift hits all modes
             round_s = {}
             for m in rot:
                 g, policy = modes[m]
@@ -189,25 +201,46 @@ def main() -> None:
                 rates[m].append(n / dt)
                 device = probe.fetch_s + (sum(policy.times) if isinstance(policy, TimedPolicy) else 0.0)
                 round_s[m] = dt / rounds
-                print(json.dumps({
-                    "kind": "sample", "rep": rep, "mode": m, "turns": n, "seconds": round(dt, 3),
-                    "turns_per_s": round(n / dt, 2), "round_s": round(dt / rounds, 4),
-                    "wait_device_s": round(device / rounds, 4), "wait_env_s": round(probe.step_s / rounds, 4),
-                    "host_s": round((dt - device - probe.step_s) / rounds, 4),
-                }), flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "kind": "sample",
+                            "rep": rep,
+                            "mode": m,
+                            "turns": n,
+                            "seconds": round(dt, 3),
+                            "turns_per_s": round(n / dt, 2),
+                            "round_s": round(dt / rounds, 4),
+                            "wait_device_s": round(device / rounds, 4),
+                            "wait_env_s": round(probe.step_s / rounds, 4),
+                            "host_s": round((dt - device - probe.step_s) / rounds, 4),
+                        }
+                    ),
+                    flush=True,
+                )
             # This rep's generation times: lockstep round = G(N) + S(N), sequential round = 2 (G(N/2) + S(N/2)).
             g_half = round_s["sequential"] / 2 - step_group
             bounds.append(round_s["lockstep"] / (2 * max(g_half, step_group)))
         med = {m: statistics.median(r) for m, r in rates.items()}
-        print(json.dumps({
-            "kind": "summary", "envs": args.envs, "workers": workers, "latency_s": round(latency, 4),
-            **{f"{m}_turns_per_s": round(v, 2) for m, v in med.items()},
-            "ratio": round(med["async"] / med["lockstep"], 3),
-            "ratio_per_rep": [round(a / b, 3) for a, b in zip(rates["async"], rates["lockstep"])],
-            "overlap_ratio": round(med["async"] / med["sequential"], 3),
-            "bound": round(statistics.median(bounds), 3), "bound_per_rep": [round(b, 3) for b in bounds],
-            "platform": jax.devices()[0].platform, "load_avg_1m": round(_load(), 2),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "kind": "summary",
+                    "envs": args.envs,
+                    "workers": workers,
+                    "latency_s": round(latency, 4),
+                    **{f"{m}_turns_per_s": round(v, 2) for m, v in med.items()},
+                    "ratio": round(med["async"] / med["lockstep"], 3),
+                    "ratio_per_rep": [round(a / b, 3) for a, b in zip(rates["async"], rates["lockstep"])],
+                    "overlap_ratio": round(med["async"] / med["sequential"], 3),
+                    "bound": round(statistics.median(bounds), 3),
+                    "bound_per_rep": [round(b, 3) for b in bounds],
+                    "platform": jax.devices()[0].platform,
+                    "load_avg_1m": round(_load(), 2),
+                }
+            ),
+            flush=True,
+        )
     finally:
         pool.close()
 

@@ -20,16 +20,29 @@ POD = ROOT / "experiments" / "tpu_pod"
 
 
 def _sh(script: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(script), *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **env}, timeout=30)
+    return subprocess.run(
+        ["bash", str(script), *args], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env}, timeout=30
+    )
 
 
 # -- tpu_pod ---------------------------------------------------------------------------------------
 
 
 def test_launch_dry_run_runs_one_command_on_every_worker():
-    r = _sh(POD / "launch.sh", "my-tpu", "us-central2-b", "tiny", "--steps", "3", "--run-dir", "/mnt/shared/a b",
-            DRY_RUN="1", JGEM_COORDINATOR="10.0.0.2:8476", JGEM_NUM_PROCESSES="4", PROJECT="proj")
+    r = _sh(
+        POD / "launch.sh",
+        "my-tpu",
+        "us-central2-b",
+        "tiny",
+        "--steps",
+        "3",
+        "--run-dir",
+        "/mnt/shared/a b",
+        DRY_RUN="1",
+        JGEM_COORDINATOR="10.0.0.2:8476",
+        JGEM_NUM_PROCESSES="4",
+        PROJECT="proj",
+    )
     assert r.returncode == 0, r.stderr
     (line,) = r.stdout.rstrip("\n").splitlines()
     argv = shlex.split(line)
@@ -84,15 +97,34 @@ def test_compare_algorithms_checks_names_and_group_size(tmp_path):
 
 
 def test_dry_runs_print_resolved_configs(tmp_path, capsys):
-    gamma_sweep.main(["--gammas", "0.7", "--seeds", "3", "--steps", "2", "--out", str(tmp_path), "--dry-run",
-                      "--", "--eval-episodes", "8"])
+    gamma_sweep.main(
+        [
+            "--gammas",
+            "0.7",
+            "--seeds",
+            "3",
+            "--steps",
+            "2",
+            "--out",
+            str(tmp_path),
+            "--dry-run",
+            "--",
+            "--eval-episodes",
+            "8",
+        ]
+    )
     compare_algorithms.main(["--algorithms", "rloo", "--seeds", "1", "--out", str(tmp_path), "--dry-run"])
     from experiments.configs import tiny
 
     rows = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
     assert rows[0]["config"] | {"run_dir": None} == {
-        "gamma": 0.7, "seed": 3, "steps": 2, "algorithm": tiny().algorithm, "env.env_id": tiny().env.env_id,
-        "run_dir": None}
+        "gamma": 0.7,
+        "seed": 3,
+        "steps": 2,
+        "algorithm": tiny().algorithm,
+        "env.env_id": tiny().env.env_id,
+        "run_dir": None,
+    }
     assert rows[0]["config"]["run_dir"] == str(tmp_path / "gamma0.7" / "seed3")
     assert rows[1]["config"]["algorithm"] == "rloo" and rows[1]["config"]["group_size"] == 4
 

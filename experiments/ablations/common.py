@@ -51,8 +51,11 @@ def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=None, help="training steps per run (default: the preset's)")
     ap.add_argument("--eval-every", type=int, default=None, help="eval interval (default: the preset's)")
     ap.add_argument("--out", default=default_out, help=f"sweep directory (default: {default_out})")
-    ap.add_argument("--metric", default=METRIC, help=f"metric compared across variants (default: {METRIC}; "
-                    "e.g. rollout/success_rate when --eval-every 0)")
+    ap.add_argument(
+        "--metric",
+        default=METRIC,
+        help=f"metric compared across variants (default: {METRIC}; e.g. rollout/success_rate when --eval-every 0)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print each run's command and config, run nothing")
     return ap
 
@@ -96,8 +99,18 @@ def dry_run(runs: Sequence[Run], preset: str, fields: Sequence[str]) -> None:
     for r in runs:
         cfg = resolve_config(preset, r.argv(preset))
         shown = {f: _get(cfg, f) for f in fields}
-        print(json.dumps({"variant": r.variant, "seed": r.seed, "run_dir": str(r.run_dir), "config": shown,
-                          "command": shlex.join(r.command(preset))}, default=str))
+        print(
+            json.dumps(
+                {
+                    "variant": r.variant,
+                    "seed": r.seed,
+                    "run_dir": str(r.run_dir),
+                    "config": shown,
+                    "command": shlex.join(r.command(preset)),
+                },
+                default=str,
+            )
+        )
 
 
 def _get(cfg: Any, dotted: str) -> Any:
@@ -163,10 +176,15 @@ def summarize(runs: Sequence[Run], out: Path, xlabel: str, *, numeric_x: bool, m
     for variant in dict.fromkeys(r.variant for r in runs):
         vals = {r.seed: final_metric(r.run_dir, metric) for r in runs if r.variant == variant}
         got = [v for v in vals.values() if v is not None]
-        rows.append({
-            "variant": variant, "n": len(got), "mean": statistics.mean(got) if got else None,
-            "std": statistics.stdev(got) if len(got) > 1 else 0.0 if got else None, "per_seed": vals,
-        })
+        rows.append(
+            {
+                "variant": variant,
+                "n": len(got),
+                "mean": statistics.mean(got) if got else None,
+                "std": statistics.stdev(got) if len(got) > 1 else 0.0 if got else None,
+                "per_seed": vals,
+            }
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=2))
     lines = [f"| {xlabel} | runs | {metric} mean | std | per seed |", "|---|---:|---:|---:|---|"]
@@ -194,8 +212,14 @@ def _plot(runs: Sequence[Run], rows: list[dict], path: Path, xlabel: str, *, num
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     done = [r for r in rows if r["mean"] is not None]
     xs = [float(r["variant"]) for r in done] if numeric_x else list(range(len(done)))
-    ax1.errorbar(xs, [r["mean"] for r in done], yerr=[r["std"] for r in done], marker="o", capsize=4,
-                 linestyle="-" if numeric_x else "none")
+    ax1.errorbar(
+        xs,
+        [r["mean"] for r in done],
+        yerr=[r["std"] for r in done],
+        marker="o",
+        capsize=4,
+        linestyle="-" if numeric_x else "none",
+    )
     for x, r in zip(xs, done):  # every seed, so the spread is visible
         ax1.scatter([x] * r["n"], [v for v in r["per_seed"].values() if v is not None], s=12, alpha=0.4, color="gray")
     if not numeric_x:

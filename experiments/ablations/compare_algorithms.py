@@ -18,8 +18,14 @@ from experiments.ablations.common import Run, base_parser, common_overrides, dry
 from jgem.config import ALGORITHMS, GROUPED
 
 
-def build_runs(algorithms: Sequence[str], seeds: Sequence[int], group_size: int, out: Path,
-               overrides: Sequence[str], extra: Sequence[str]) -> list[Run]:
+def build_runs(
+    algorithms: Sequence[str],
+    seeds: Sequence[int],
+    group_size: int,
+    out: Path,
+    overrides: Sequence[str],
+    extra: Sequence[str],
+) -> list[Run]:
     """One run per (algorithm, seed), all with the same group size."""
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown:
@@ -35,14 +41,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     own, extra = split_argv(argv)
     ap = base_parser(__doc__.splitlines()[0], "runs/ablations/algorithms")
     ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), help=f"from: {' '.join(ALGORITHMS)}")
-    ap.add_argument("--group-size", type=int, default=4,
-                    help="episodes per start state for every algorithm; must divide episodes_per_step (default 4)")
+    ap.add_argument(
+        "--group-size",
+        type=int,
+        default=4,
+        help="episodes per start state for every algorithm; must divide episodes_per_step (default 4)",
+    )
     args = ap.parse_args(own)
     out = Path(args.out).resolve()
     runs = build_runs(args.algorithms, args.seeds, args.group_size, out, common_overrides(args), extra)
     if args.dry_run:
-        dry_run(runs, args.preset, ["algorithm", "group_size", "episodes_per_step", "gamma", "seed", "steps",
-                                    "run_dir"])
+        dry_run(
+            runs, args.preset, ["algorithm", "group_size", "episodes_per_step", "gamma", "seed", "steps", "run_dir"]
+        )
         return
     run_all(runs, args.preset, args.steps)
     summarize(runs, out, "algorithm", numeric_x=False, metric=args.metric)

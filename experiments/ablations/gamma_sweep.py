@@ -17,14 +17,18 @@ from pathlib import Path
 from experiments.ablations.common import Run, base_parser, common_overrides, dry_run, run_all, split_argv, summarize
 
 
-def build_runs(gammas: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str],
-               extra: Sequence[str]) -> list[Run]:
+def build_runs(
+    gammas: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str], extra: Sequence[str]
+) -> list[Run]:
     """One run per (gamma, seed); the gamma override is added last among the sweep's own overrides."""
     for g in gammas:
         if not 0.0 <= g <= 1.0:
             raise SystemExit(f"gamma {g} is outside [0, 1]; pass discount factors like 0.5 0.9 1.0")
-    return [Run(f"{g:g}", s, out / f"gamma{g:g}" / f"seed{s}", (*overrides, "--gamma", f"{g:g}"), tuple(extra))
-            for g in gammas for s in seeds]
+    return [
+        Run(f"{g:g}", s, out / f"gamma{g:g}" / f"seed{s}", (*overrides, "--gamma", f"{g:g}"), tuple(extra))
+        for g in gammas
+        for s in seeds
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
