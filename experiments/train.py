@@ -8,8 +8,6 @@ with nothing set); see experiments/tpu_pod/.
 
 from __future__ import annotations
 
-import os
-
 
 def main() -> None:
     import tyro
@@ -18,8 +16,7 @@ def main() -> None:
     from jgem.sharding.mesh import initialize
 
     cfg = tyro.extras.overridable_config_cli(PRESETS)
-    if os.environ.get("JGEM_COORDINATOR") or os.environ.get("JGEM_NUM_PROCESSES"):
-        initialize()
+    initialize()  # multi-host from JGEM_* env vars or TPU auto-detection; a no-op on one machine
 
     from jgem.train import train
 

@@ -58,6 +58,8 @@ class WarmStartConfig:
     episodes_per_step: int = 32
     lr: float = 1e-3
     epsilon: float = 0.0  # chance per turn that the teacher plays a random action instead
+    epochs: int = 1  # passes over each batch of teacher episodes
+    minibatches: int = 1  # optimizer steps per pass
 
 
 @dataclass(frozen=True)

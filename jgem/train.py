@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jgem.algos.advantages import compute_advantages
 from jgem.algos.learner import TrainState, init_train_state, token_logprobs, update
@@ -34,7 +35,7 @@ from jgem.models.transformer import Transformer
 from jgem.rollout.batch import build_batch
 from jgem.rollout.collector import Collector, EpisodeSpec, SamplerPolicy, wrappers_for_view
 from jgem.rollout.episode import Episode, turn_arrays
-from jgem.sharding.mesh import batch_axis_size, make_mesh
+from jgem.sharding.mesh import MeshConfig, batch_axis_size, make_mesh
 from jgem.sharding.rules import shard_batch
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
@@ -89,8 +90,12 @@ class Trainer:
         self.state: TrainState = init_train_state(model, cfg.learner, self.mesh, critic=critic, seed=cfg.seed)
         # The frozen reference policy for KL penalties is the initial policy.
         self.ref_params = jax.tree.map(jnp.copy, self.state.params) if cfg.learner.kl_coef > 0 else None
+        # Multi-host: each process samples its own episodes on a mesh of its local devices (collectives
+        # inside the decode loop would deadlock when hosts finish their episodes at different times).
+        self.sample_mesh = self.mesh if jax.process_count() == 1 else make_mesh(
+            MeshConfig(data=-1), devices=jax.local_devices())
         self.sampler = Sampler(self.model_cfg, eos_ids=self.chat.stop_token_ids, pad_id=self.chat.pad_id,
-                               mesh=self.mesh if jax.process_count() == 1 else None)
+                               mesh=self.sample_mesh)
         self.pool = EnvPool(
             cfg.env.env_id, cfg.env.num_envs, backend=cfg.env.backend, num_workers=cfg.env.num_workers,
             step_timeout=cfg.env.step_timeout, env_kwargs=dict(cfg.env.env_kwargs),
@@ -102,7 +107,8 @@ class Trainer:
         self._adv = jax.jit(self._advantages)
         self._values = jax.jit(self._critic_values)
         self._ref_logprobs = jax.jit(self._reference_logprobs)
-        self.batch_divisor = cfg.learner.minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
+        minibatches = math.lcm(cfg.learner.minibatches, cfg.warm_start.minibatches)
+        self.batch_divisor = minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
 
     # -- construction ------------------------------------------------------------------------------
@@ -172,12 +178,12 @@ class Trainer:
         model = self.state.model()
         if jax.process_count() == 1:
             return model
-        # Multi-host: each process samples its own episodes on its local devices with a full copy of the
-        # weights (collectives inside the decode loop would deadlock when hosts finish at different times).
+        # Multi-host: a full copy of the weights, replicated over this host's devices.
         from jax.experimental import multihost_utils
 
         graphdef, st = nnx.split(model)
-        return graphdef, jax.tree.map(jnp.asarray, multihost_utils.process_allgather(st, tiled=True))
+        replicated = NamedSharding(self.sample_mesh, PartitionSpec())
+        return graphdef, jax.device_put(multihost_utils.process_allgather(st, tiled=True), replicated)
 
     def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
         """Advantages (global across processes) and packing into a fixed-shape, sharded TrainBatch."""
@@ -294,7 +300,9 @@ class Trainer:
 
         ws = self.cfg.warm_start
         rl_cfg = self.state.cfg
-        self.state = self.state.replace(cfg=dataclasses.replace(rl_cfg, lr=ws.lr, policy_loss="reinforce"))
+        sft_cfg = dataclasses.replace(rl_cfg, lr=ws.lr, policy_loss="reinforce", epochs=ws.epochs,
+                                      minibatches=ws.minibatches, kl_coef=0.0, entropy_coef=0.0)
+        self.state = self.state.replace(cfg=sft_cfg)
         for s in range(ws.steps):
             specs = [EpisodeSpec(i, i, 10**9 * 3 + s * ws.episodes_per_step + i) for i in range(ws.episodes_per_step)]
             eps = scripted_episodes(self.cfg.env.env_id, specs, self.chat, view=self.cfg.rollout.view,
@@ -377,9 +385,11 @@ class Trainer:
         return summary
 
 
-CONSOLE_KEYS = ("warm/loss", "warm/teacher/success_rate", "rollout/success_rate", "rollout/return", "rollout/turns", "eval/success_rate", "eval/turns",
-                "train/loss", "train/entropy", "train/grad_norm", "batch/padding_frac", "time/collect_s",
-                "time/update_s")
+CONSOLE_KEYS = (
+    "warm/loss", "warm/teacher/success_rate", "rollout/success_rate", "rollout/return", "rollout/turns",
+    "eval/success_rate", "eval/turns", "train/loss", "train/entropy", "train/grad_norm", "batch/padding_frac",
+    "time/collect_s", "time/update_s",
+)
 
 
 class _Progress:
