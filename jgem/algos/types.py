@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 from flax import struct
 
 
@@ -51,28 +50,3 @@ class TrainBatch:
         if needs_critic and len(needs_critic) != 3:
             raise ValueError(f"TrainBatch critic fields must be given together; got only {needs_critic}")
 
-
-def dummy_batch(batch_size: int, seq_len: int, vocab_size: int, *, seed: int = 0, critic: bool = False,
-                ref: bool = False) -> TrainBatch:
-    """A random but well-formed batch (two packed segments per row) for tests and benchmarks."""
-    k = jax.random.split(jax.random.key(seed), 4)
-    B, T = batch_size, seq_len
-    half = T // 2
-    pos = jnp.arange(T)
-    positions = jnp.broadcast_to(jnp.where(pos < half, pos, pos - half), (B, T)).astype(jnp.int32)
-    segment_ids = jnp.broadcast_to(jnp.where(pos < half, 1, 2), (B, T)).astype(jnp.int32)
-    # second half of each segment is the "action"
-    loss_mask = jnp.broadcast_to(positions >= half // 2, (B, T))
-    value_mask = jnp.broadcast_to(positions == half // 2 - 1, (B, T))
-    return TrainBatch(
-        tokens=jax.random.randint(k[0], (B, T), 0, vocab_size, dtype=jnp.int32),
-        positions=positions,
-        segment_ids=segment_ids,
-        loss_mask=loss_mask,
-        advantages=jax.random.normal(k[1], (B, T)) * loss_mask,
-        old_logprobs=jnp.where(loss_mask, -jnp.log(float(vocab_size)) + 0.1 * jax.random.normal(k[2], (B, T)), 0.0),
-        ref_logprobs=jnp.where(loss_mask, -jnp.log(float(vocab_size)), 0.0) if ref else None,
-        returns=jax.random.normal(k[3], (B, T)) * value_mask if critic else None,
-        values=jnp.zeros((B, T)) if critic else None,
-        value_mask=value_mask if critic else None,
-    )
