@@ -61,7 +61,7 @@ def test_token_logprobs_reference_chunks_and_grads(model):
     tokens = jnp.asarray(rs.randint(0, VOCAB, (2, 9)), jnp.int32)
     segs = jnp.asarray([[1, 1, 1, 1, 2, 2, 2, 0, 0], [1] * 9], jnp.int32)
     positions = jnp.asarray([[0, 1, 2, 3, 0, 1, 2, 0, 0], list(range(9))], jnp.int32)
-    ref_lp, ref_ent = _naive(model, tokens, positions, segs)
+    ref_lp, ref_ent = nnx.jit(_naive)(model, tokens, positions, segs)
     for chunk in (1024, 7, 1):
         lp, ent = tlp(model, tokens, positions, segs, chunk_size=chunk)
         np.testing.assert_allclose(lp, ref_lp, atol=1e-5)
@@ -70,11 +70,14 @@ def test_token_logprobs_reference_chunks_and_grads(model):
     assert lp[0, 0] == lp[0, 4] == lp[0, 7] == lp[0, 8] == 0 and (lp[0, [1, 2, 3, 5, 6]] < 0).all()
     assert float(ent[1, 3]) > 0
 
-    def loss(m, fn):
-        return jnp.sum(fn(m) * jnp.arange(9.0))
+    def chunked(m):
+        return jnp.sum(token_logprobs(m, tokens, positions, segs, chunk_size=5)[0] * jnp.arange(9.0))
 
-    g1 = nnx.grad(loss)(model, lambda m: token_logprobs(m, tokens, positions, segs, chunk_size=5)[0])
-    g2 = nnx.grad(loss)(model, lambda m: _naive(m, tokens, positions, segs)[0])
+    def naive(m):
+        return jnp.sum(_naive(m, tokens, positions, segs)[0] * jnp.arange(9.0))
+
+    g1 = nnx.jit(nnx.grad(chunked))(model)
+    g2 = nnx.jit(nnx.grad(naive))(model)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(a, b, atol=1e-5)
     assert float(jnp.abs(g1["embed"][...]).sum()) > 0
@@ -114,7 +117,7 @@ def test_top_k_and_top_p(model, sampler):
     np.testing.assert_array_equal(p0.tokens, greedy.tokens)
     # top-k=3 over 64 rows of one prompt: first tokens are all among the 3 most likely, and not all equal.
     prompt = [[4, 8, 15, 16]]
-    logits, _ = model(jnp.asarray(prompt), jnp.arange(4)[None])
+    logits, _ = nnx.jit(lambda m, t, p: m(t, p))(model, jnp.asarray(prompt), jnp.arange(4)[None])
     top3 = set(np.argsort(-np.asarray(logits[0, -1]))[:3].tolist())
     out = sampler.generate(model, prompt * 64, jax.random.key(3), max_new_tokens=1, top_k=3, temperature=2.0)
     first = set(np.asarray(out.tokens)[:, 0].tolist())
