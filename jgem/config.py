@@ -119,6 +119,11 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
         )
     if cfg.algorithm in GROUPED and cfg.group_size < 2:
         errors.append(f"{cfg.algorithm} normalises within groups of rollouts; set group_size >= 2 (e.g. 8)")
+    if cfg.learner.temperature != cfg.rollout.temperature:
+        errors.append(
+            f"learner.temperature {cfg.learner.temperature} differs from rollout.temperature "
+            f"{cfg.rollout.temperature}; the learner must score actions at the temperature they were sampled at"
+        )
     if not 0.0 <= cfg.gamma <= 1.0:
         errors.append(f"gamma must be in [0, 1], got {cfg.gamma}")
     if cfg.env.num_envs < cfg.rollout.num_groups:

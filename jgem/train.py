@@ -149,7 +149,7 @@ class Trainer:
 
     def _reference_logprobs(self, state: TrainState, ref_params, tokens, positions, segment_ids):
         ref = nnx.merge(state.graphdef, ref_params, state.model_state)
-        return token_logprobs(ref, tokens, positions, segment_ids)[0]
+        return token_logprobs(ref, tokens, positions, segment_ids, temperature=self.cfg.learner.temperature)[0]
 
     # -- one step ----------------------------------------------------------------------------------
 

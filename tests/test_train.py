@@ -51,6 +51,7 @@ def test_every_algorithm_trains_with_finite_metrics(tmp_path, algorithm):
         ({"episodes_per_step": 5, "group_size": 2, "algorithm": "grpo"}, "not divisible by group_size"),
         ({"learner": {"micro_batch_size": 3}}, "micro_batch_size 3 is not divisible by 8 devices"),
         ({"algorithm": "ppo2"}, "algorithm 'ppo2' is unknown"),
+        ({"rollout": {"temperature": 0.7}}, "learner.temperature 1.0 differs from rollout.temperature 0.7"),
     ],
 )
 def test_bad_configs_fail_fast_with_a_clear_message(tmp_path, overrides, message):

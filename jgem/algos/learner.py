@@ -32,6 +32,7 @@ class LearnerConfig:
     """Optimisation and loss options; hashable, so it rides in TrainState as static data."""
 
     policy_loss: str = "ppo"  # ppo: clipped importance ratio; reinforce: -A log pi
+    temperature: float = 1.0  # the sampling temperature; log-probs are of logits / temperature, as sampled
     lr: float = 1e-6
     schedule: str = "constant"  # constant | cosine | linear (decay after warmup to lr * min_lr_ratio)
     warmup_steps: int = 0
@@ -156,7 +157,7 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
     """Micro-batch policy loss: (loss sum, (denominator, metric sums)). Differentiable in params."""
     model = nnx.merge(graphdef, params, model_state)
     logp, entropy = token_logprobs(model, batch.tokens, batch.positions, batch.segment_ids,
-                                   chunk_size=cfg.logprob_chunk_size)
+                                   chunk_size=cfg.logprob_chunk_size, temperature=cfg.temperature)
     mask = batch.loss_mask
     if cfg.policy_loss == "ppo":
         per_token, clipped = losses.ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, clip_low=cfg.clip_low,
