@@ -8,6 +8,7 @@ import pytest
 import jgem
 from jgem.envs.games.game_2048 import slide
 from jgem.envs.games.solvers import play, solver_for
+from tests.envs.game_checks import check_bad_inputs, check_clone, check_random_agent
 
 IDS = ["game:Game2048-v0-easy", "game:Game2048-v0-hard", "game:Game2048-v0-extreme-hard", "game:Game2048-v0-random"]
 BAD = ["", "x" * 1_000_000, "二千 \\boxed{左} ✓", "\\boxed{left", "\\boxed{{{}", "}}\\boxed{", "\\boxed{north}", "left"]
@@ -96,36 +97,12 @@ def test_solver_partial_credit_on_hard():
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_bad_inputs_never_raise(env_id):
-    env = jgem.make(env_id, seed=0)
-    for action in BAD:
-        env.reset(seed=1)
-        obs, rew, term, trunc, info = env.step(action)
-        assert (rew, term, info["success"]) == (-0.1, True, False) and "suffix" in info
+    check_bad_inputs(env_id, BAD)
 
 
 def test_random_agent_and_clone():
-    env = jgem.make(IDS[3], seed=0)
-    for episode in range(10):
-        env.reset(seed=episode)
-        total = 0.0
-        for _ in range(200):
-            obs, rew, term, trunc, info = env.step(env.sample_random_action())
-            total += rew
-            if term:
-                assert isinstance(info["success"], bool)
-                break
-        assert term and 0.0 <= total <= 1.0 + 1e-9
-    a = jgem.make(IDS[0])
-    a.reset(seed=5)
-    for _ in range(4):
-        a.step(a.sample_random_action())
-    b = jgem.make(IDS[0], seed=77)
-    b.set_state(a.get_state())
-    for _ in range(30):
-        act = a.sample_random_action()
-        assert act == b.sample_random_action()
-        assert a.step(act) == b.step(act)
-    assert a.reset() == b.reset()
+    check_random_agent(IDS[3], episodes=10, max_steps=200, end_ok=lambda env, total: 0.0 <= total <= 1.0 + 1e-9)
+    check_clone(IDS[0], reset_seed=5, clone_seed=77, steps=30, warmup=4)
 
 
 @pytest.mark.slow  # imports GEM (seconds), once per process

@@ -8,6 +8,7 @@ import jgem
 from jgem.envs.games.crosswords import load_clues
 from jgem.envs.games.solvers import play, solver_for
 from jgem.envs.games.word_search import word_cells
+from tests.envs.game_checks import check_bad_inputs, check_clone, check_random_agent, check_reset_reproducible
 
 IDS = ["game:Crosswords-v0-easy", "game:Crosswords-v0-hard", "game:Crosswords-v0-random"]
 BAD = [
@@ -91,42 +92,16 @@ def test_solver_wins_when_the_turns_allow(env_id):
 
 
 def test_reset_is_reproducible():
-    a, b = jgem.make(IDS[2]), jgem.make(IDS[2])
-    for seed in range(6):
-        assert a.reset(seed=seed) == b.reset(seed=seed) and a.solution == b.solution
-    assert a.reset(seed=0)[1]["suffix"] != a.reset(seed=1)[1]["suffix"]
+    check_reset_reproducible(IDS[2], seeds=6, same=lambda a, b: a.solution == b.solution)
 
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_bad_inputs_never_raise(env_id):
-    env = jgem.make(env_id, seed=0)
-    for action in BAD:
-        env.reset(seed=1)
-        obs, rew, term, trunc, info = env.step(action)
-        assert (rew, term, info["success"]) == (-0.1, True, False) and "suffix" in info
+    env = check_bad_inputs(env_id, BAD)
     env.reset(seed=1)
     assert env.step("\\boxed{" + "9" * 5000 + " 1 A}")[1:4] == (0.0, False, False)
 
 
 def test_random_agent_and_clone():
-    env = jgem.make(IDS[2], seed=0)
-    for episode in range(10):
-        env.reset(seed=episode)
-        for _ in range(100):
-            obs, rew, term, trunc, info = env.step(env.sample_random_action())
-            assert rew >= 0.0
-            if term:
-                assert isinstance(info["success"], bool)
-                break
-        assert term
-    a = jgem.make(IDS[1])
-    a.reset(seed=3)
-    for _ in range(3):
-        a.step(a.sample_random_action())
-    b = jgem.make(IDS[1], seed=8)
-    b.set_state(a.get_state())
-    for _ in range(20):
-        act = a.sample_random_action()
-        assert act == b.sample_random_action()
-        assert a.step(act) == b.step(act)
-    assert a.reset() == b.reset()
+    check_random_agent(IDS[2], episodes=10, max_steps=100, step_ok=lambda rew: rew >= 0.0)
+    check_clone(IDS[1], reset_seed=3, clone_seed=8, steps=20, warmup=3)

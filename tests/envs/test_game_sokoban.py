@@ -8,6 +8,7 @@ import pytest
 import jgem
 from jgem.envs.games.sokoban_gen import FLOOR, TARGET, WALL, solve
 from jgem.envs.games.solvers import solver_for
+from tests.envs.game_checks import check_bad_inputs, check_clone, check_random_agent
 
 IDS = ["game:Sokoban-v0-easy", "game:Sokoban-v0-hard", "game:Sokoban-v0-random"]
 BAD = ["", "x" * 1_000_000, "倉庫番 \\boxed{上} ✓", "\\boxed{up", "\\boxed{{{}", "}}\\boxed{", "\\boxed{north}", "up"]
@@ -119,36 +120,13 @@ def test_reset_is_reproducible_and_leaves_global_rng_alone():
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_bad_inputs_never_raise(env_id):
-    env = jgem.make(env_id, seed=0)
-    start = env.get_state()
-    for action in BAD:
-        env.set_state(start)
-        obs, rew, term, trunc, info = env.step(action)
-        assert (rew, term, info["success"]) == (-0.1, True, False) and "suffix" in info
+    check_bad_inputs(env_id, BAD, from_start_state=True)
 
 
 def test_random_agent_and_clone():
-    env = jgem.make(IDS[2], seed=0)
-    for episode in range(6):
-        env.reset(seed=episode)
-        for _ in range(100):
-            obs, rew, term, trunc, info = env.step(env.sample_random_action())
-            assert 0.0 <= rew <= 1.0
-            if term:
-                assert isinstance(info["success"], bool)
-                break
-        assert term
-    a = jgem.make(IDS[0])
-    a.reset(seed=2)
-    for _ in range(3):
-        a.step(a.sample_random_action())
-    b = jgem.make(IDS[0], seed=5)
-    b.set_state(a.get_state())
-    for _ in range(17):
-        act = a.sample_random_action()
-        assert act == b.sample_random_action()
-        assert a.step(act) == b.step(act)
-    assert a.reset() == b.reset() and a.render() == b.render()
+    check_random_agent(IDS[2], episodes=6, max_steps=100, step_ok=lambda rew: 0.0 <= rew <= 1.0)
+    a, b = check_clone(IDS[0], reset_seed=2, clone_seed=5, steps=17, warmup=3)
+    assert a.render() == b.render()
 
 
 @pytest.mark.slow  # imports GEM (seconds), once per process

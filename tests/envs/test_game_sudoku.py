@@ -8,6 +8,7 @@ import pytest
 import jgem
 from jgem.envs.games.solvers import play, solver_for
 from jgem.envs.games.sudoku import count_solutions, solve
+from tests.envs.game_checks import check_bad_inputs, check_clone, check_random_agent
 
 IDS = ["game:Sudoku-v0-easy", "game:Sudoku-v0-hard", "game:Sudoku-v0-random"]
 BAD = [
@@ -136,38 +137,22 @@ def test_solver_always_wins(env_id, seeds):
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_bad_inputs_never_raise(env_id):
-    env = jgem.make(env_id, seed=0)
-    for action in BAD:
-        env.reset(seed=1)
-        obs, rew, term, trunc, info = env.step(action)
-        assert (rew, term, info["success"]) == (-0.1, True, False) and isinstance(obs, str) and "suffix" in info
+    check_bad_inputs(env_id, BAD, obs_is_str=True)
 
 
 def test_random_agent_and_clone():
-    env = jgem.make(IDS[2], seed=0)
-    for episode in range(12):
-        env.reset(seed=episode)
-        for _ in range(200):
-            obs, rew, term, trunc, info = env.step(env.sample_random_action())
-            assert rew >= 0.0
-            if term:
-                assert isinstance(info["success"], bool)
-                break
-        assert term
-    a = jgem.make(IDS[1])
-    a.reset(seed=7)
-    r, c = _empty_cells(a)[0]
-    a.step(f"\\boxed{{{r + 1} {c + 1} {a.solution[r][c]}}}")
-    a.step(a.sample_random_action())
-    b = jgem.make(IDS[1], seed=123)
-    b.set_state(a.get_state())
-    for _ in range(20):
-        act = a.sample_random_action()
-        assert act == b.sample_random_action()
-        assert a.step(act) == b.step(act)
-    a.board[0][0] = -1  # no aliasing between clones
-    assert b.board[0][0] != -1
-    assert a.reset() == b.reset()
+    check_random_agent(IDS[2], episodes=12, max_steps=200, step_ok=lambda rew: rew >= 0.0)
+
+    def warmup(a):
+        r, c = _empty_cells(a)[0]
+        a.step(f"\\boxed{{{r + 1} {c + 1} {a.solution[r][c]}}}")
+        a.step(a.sample_random_action())
+
+    def no_aliasing(a, b):
+        a.board[0][0] = -1  # no aliasing between clones
+        assert b.board[0][0] != -1
+
+    check_clone(IDS[1], reset_seed=7, clone_seed=123, steps=20, warmup=warmup, before_reset=no_aliasing)
 
 
 @pytest.mark.slow  # imports GEM (seconds), once per process

@@ -6,6 +6,7 @@ import pytest
 import jgem
 from jgem.envs.games.solvers import play, solver_for
 from jgem.envs.games.tower_of_hanoi import plan
+from tests.envs.game_checks import check_bad_inputs, check_clone, check_random_agent
 
 IDS = ["game:TowerofHanoi-v0-easy", "game:TowerofHanoi-v0-hard", "game:TowerofHanoi-v0-random"]
 BAD = [
@@ -70,37 +71,23 @@ def test_plan_from_any_position():
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_bad_inputs_never_raise(env_id):
-    env = jgem.make(env_id, seed=0)
-    for action in BAD:
-        env.reset(seed=1)
-        obs, rew, term, trunc, info = env.step(action)
-        assert (rew, term, info["success"]) == (-0.1, True, False) and "suffix" in info
+    check_bad_inputs(env_id, BAD)
 
 
 def test_random_agent_and_clone():
-    env = jgem.make(IDS[2], seed=0)
-    for episode in range(20):
-        env.reset(seed=episode)
-        for _ in range(100):
-            obs, rew, term, trunc, info = env.step(env.sample_random_action())
-            assert 0.0 <= rew <= 1.0
-            if term:
-                assert isinstance(info["success"], bool)
-                break
-        assert term and env.turn_count <= env.max_turns
-    a = jgem.make(IDS[1])
-    a.reset(seed=4)
-    for _ in range(3):
-        a.step(a.sample_random_action())
-    b = jgem.make(IDS[1], seed=99)
-    b.set_state(a.get_state())
-    for _ in range(15):
-        act = a.sample_random_action()
-        assert act == b.sample_random_action()
-        assert a.step(act) == b.step(act)
-    a.board["A"].append(0)
-    assert b.board["A"][-1:] != [0]
-    assert a.reset() == b.reset()
+    check_random_agent(
+        IDS[2],
+        episodes=20,
+        max_steps=100,
+        step_ok=lambda rew: 0.0 <= rew <= 1.0,
+        end_ok=lambda env, total: env.turn_count <= env.max_turns,
+    )
+
+    def no_aliasing(a, b):
+        a.board["A"].append(0)
+        assert b.board["A"][-1:] != [0]
+
+    check_clone(IDS[1], reset_seed=4, clone_seed=99, steps=15, warmup=3, before_reset=no_aliasing)
 
 
 @pytest.mark.slow  # imports GEM (seconds), once per process

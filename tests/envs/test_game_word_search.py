@@ -7,6 +7,7 @@ import jgem
 from jgem.envs.games.solvers import play, solver_for
 from jgem.envs.games.word_search import place_words, word_cells
 from jgem.envs.games.words import load_words
+from tests.envs.game_checks import check_bad_inputs, check_clone, check_random_agent, check_reset_reproducible
 
 IDS = ["game:WordSearch-v0-easy", "game:WordSearch-v0-hard", "game:WordSearch-v0-random"]
 BAD = [
@@ -106,46 +107,24 @@ def test_solver_always_wins(env_id):
 
 
 def test_reset_is_reproducible():
-    a, b = jgem.make(IDS[2]), jgem.make(IDS[2])
-    for seed in range(5):
-        assert a.reset(seed=seed) == b.reset(seed=seed) and a.grid == b.grid
-    assert a.reset(seed=0)[1]["suffix"] != a.reset(seed=1)[1]["suffix"]
+    check_reset_reproducible(IDS[2], seeds=5, same=lambda a, b: a.grid == b.grid)
 
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_bad_inputs_never_raise(env_id):
-    env = jgem.make(env_id, seed=0)
-    for action in BAD:
-        env.reset(seed=1)
-        obs, rew, term, trunc, info = env.step(action)
-        assert (rew, term, info["success"]) == (-0.1, True, False) and "suffix" in info
+    env = check_bad_inputs(env_id, BAD)
     env.reset(seed=1)
     assert env.step("\\boxed{" + "9" * 5000 + " 1 1 1}")[1:4] == (0.0, False, False)
 
 
 def test_random_agent_and_clone():
-    env = jgem.make(IDS[2], seed=0)
-    for episode in range(10):
-        env.reset(seed=episode)
-        total = 0.0
-        for _ in range(100):
-            obs, rew, term, trunc, info = env.step(env.sample_random_action())
-            total += rew
-            if term:
-                assert isinstance(info["success"], bool)
-                break
-        assert term and 0.0 <= total <= 1.0 + 1e-9
-    a = jgem.make(IDS[0])
-    a.reset(seed=9)
-    a.step(_guess(*_ends(a, next(iter(a.placed_words)))))
-    a.step(a.sample_random_action())
-    b = jgem.make(IDS[0], seed=1)
-    b.set_state(a.get_state())
-    for _ in range(15):
-        act = a.sample_random_action()
-        assert act == b.sample_random_action()
-        assert a.step(act) == b.step(act)
-    assert a.reset() == b.reset()
+    check_random_agent(IDS[2], episodes=10, max_steps=100, end_ok=lambda env, total: 0.0 <= total <= 1.0 + 1e-9)
+
+    def warmup(a):
+        a.step(_guess(*_ends(a, next(iter(a.placed_words)))))
+        a.step(a.sample_random_action())
+
+    check_clone(IDS[0], reset_seed=9, clone_seed=1, steps=15, warmup=warmup)
 
 
 @pytest.mark.slow  # imports GEM (seconds), once per process

@@ -1,0 +1,88 @@
+"""Checks the per-game test files share: bad inputs, random play, cloning, reproducible resets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jgem
+
+
+def check_bad_inputs(
+    env_id: str,
+    bad: Sequence[str],
+    from_start_state: bool = False,
+    obs_is_str: bool = False,
+) -> jgem.Env:
+    """Each of `bad`, sent as the first action after `reset(seed=1)` (or, with `from_start_state`, after
+    restoring the state the env was made in), is a format error that ends the game."""
+    env = jgem.make(env_id, seed=0)
+    start = env.get_state() if from_start_state else None
+    for action in bad:
+        if from_start_state:
+            env.set_state(start)
+        else:
+            env.reset(seed=1)
+        obs, rew, term, trunc, info = env.step(action)
+        assert (rew, term, info["success"]) == (-0.1, True, False) and "suffix" in info
+        if obs_is_str:
+            assert isinstance(obs, str)
+    return env
+
+
+def check_random_agent(
+    env_id: str,
+    episodes: int,
+    max_steps: int,
+    step_ok: Callable[[float], bool] = lambda rew: True,
+    end_ok: Callable[[jgem.Env, float], bool] = lambda env, total: True,
+) -> None:
+    """Random actions end every episode within `max_steps`; `step_ok(rew)` and `end_ok(env, total)` hold."""
+    env = jgem.make(env_id, seed=0)
+    for episode in range(episodes):
+        env.reset(seed=episode)
+        total = 0.0
+        for _ in range(max_steps):
+            obs, rew, term, trunc, info = env.step(env.sample_random_action())
+            total += rew
+            assert step_ok(rew)
+            if term:
+                assert isinstance(info["success"], bool)
+                break
+        assert term and end_ok(env, total)
+
+
+def check_clone(
+    env_id: str,
+    reset_seed: int,
+    clone_seed: int,
+    steps: int,
+    warmup: Callable[[jgem.Env], object] | int = 0,
+    before_reset: Callable[[jgem.Env, jgem.Env], object] | None = None,
+) -> tuple[jgem.Env, jgem.Env]:
+    """A clone made with get_state/set_state after `warmup` (a number of random steps, or a function)
+    samples and steps identically for `steps` turns, and both reset identically afterwards."""
+    a = jgem.make(env_id)
+    a.reset(seed=reset_seed)
+    if callable(warmup):
+        warmup(a)
+    else:
+        for _ in range(warmup):
+            a.step(a.sample_random_action())
+    b = jgem.make(env_id, seed=clone_seed)
+    b.set_state(a.get_state())
+    for _ in range(steps):
+        act = a.sample_random_action()
+        assert act == b.sample_random_action()
+        assert a.step(act) == b.step(act)
+    if before_reset is not None:
+        before_reset(a, b)
+    assert a.reset() == b.reset()
+    return a, b
+
+
+def check_reset_reproducible(env_id: str, seeds: int, same: Callable[[jgem.Env, jgem.Env], bool]) -> None:
+    """Two envs reset with the same seed agree (and `same(a, b)`); seeds 0 and 1 give different boards."""
+    a, b = jgem.make(env_id), jgem.make(env_id)
+    for seed in range(seeds):
+        assert a.reset(seed=seed) == b.reset(seed=seed) and same(a, b)
+    assert a.reset(seed=0)[1]["suffix"] != a.reset(seed=1)[1]["suffix"]
