@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jgem.envs.games.base import GameEnv, Reward
+from jgem.envs.games.base import GameEnv, Reward, capped_int, last_match
 from jgem.envs.games.word_search import place_words, word_cells
 
 _CLUES = Path(__file__).resolve().parent / "data" / "crosswords_clues.txt"
@@ -32,10 +32,6 @@ def load_clues(hardcore: bool) -> tuple[tuple[str, str], ...]:
             if lvl == level:
                 pairs.append((word.upper(), clue))
     return tuple(pairs)
-
-
-def _to_int(digits: str) -> int:
-    return int(digits) if len(digits) <= 9 else 10**9
 
 
 class CrosswordsEnv(GameEnv):
@@ -99,11 +95,11 @@ class CrosswordsEnv(GameEnv):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self.turn_count += 1
-        matches = _MOVE.findall(action) if isinstance(action, str) else []
-        if not matches:
+        match = last_match(_MOVE, action) if isinstance(action, str) else None
+        if match is None:
             obs = "No move found: answer with \\boxed{row column letter}, e.g. \\boxed{0 3 e}."
-            return obs, Reward.FORMAT_ERROR, True, self.turn_count == self.max_turns, self.info(success=False)
-        r, c, letter = _to_int(matches[-1][0]), _to_int(matches[-1][1]), matches[-1][2].upper()
+            return self.format_error(obs, self.turn_count == self.max_turns)
+        r, c, letter = capped_int(match[1]), capped_int(match[2]), match[3].upper()
         n, t = len(self.board), self.turn_count
         reward = Reward.INVALID
         if not (0 <= r < n and 0 <= c < n):
@@ -119,9 +115,7 @@ class CrosswordsEnv(GameEnv):
             obs, reward = f"Turn {t}: {letter} at ({r}, {c}) is correct.", 1.0 / self.total_letter_cells
         if all("_" not in row for row in self.board):
             return "Crossword complete!", reward, True, False, self.info(success=True)
-        if self.turn_count >= self.max_turns:
-            return obs + " That was the last turn.", reward, True, True, self.info(success=False)
-        return obs, reward, False, False, self.info()
+        return self.end_turn(obs, reward, self.turn_count >= self.max_turns, " That was the last turn.")
 
     def sample_random_action(self) -> str:
         open_cells = [(r, c) for r, row in enumerate(self.board) for c, ch in enumerate(row) if ch == "_"] or [(0, 0)]

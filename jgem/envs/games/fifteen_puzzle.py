@@ -9,7 +9,7 @@ from functools import cache
 from typing import Any
 
 from jgem.core import Env, StepResult
-from jgem.envs.games.base import GameEnv, Reward
+from jgem.envs.games.base import GameEnv, Reward, last_match
 
 _MOVE = re.compile(r"\\boxed{(up|down|left|right)}")
 _RANDOM_VARIANTS = ((2, 10), (3, 20), (4, 50))  # (num_rows, max_turns), as GEM
@@ -121,12 +121,10 @@ class FifteenPuzzleEnv(GameEnv):
         return board
 
     def step(self, action: str) -> StepResult:
-        self.turn_count += 1
-        last_turn = self.turn_count >= self.max_turns
-        match = next(iter(deque(_MOVE.finditer(action), maxlen=1)), None)  # GEM reads the last match
+        last_turn = self.next_turn()
+        match = last_match(_MOVE, action)
         if match is None:
-            obs = f"Turn {self.turn_count}: no move found; put up, down, left or right inside \\boxed{{}}. Game over."
-            return obs, Reward.FORMAT_ERROR, True, last_turn, self.info(success=False)
+            return self.no_boxed("up, down, left or right", last_turn, noun="move")
         move = match.group(1)
         after = apply_move(self.board, self.num_rows, move)
         if after is None:
@@ -140,9 +138,7 @@ class FifteenPuzzleEnv(GameEnv):
         if last_turn:
             goal = solved_board(self.num_rows)
             reward += sum(a == b for a, b in zip(self.board, goal)) / len(goal)  # GEM's partial credit
-            obs += "\nThat was the last move."
-            return obs, reward, True, True, self.info(success=False)
-        return obs, reward, False, False, self.info()
+        return self.end_turn(obs, reward, last_turn, "\nThat was the last move.")
 
     def sample_random_action(self) -> str:
         return f"\\boxed{{{list(_BLANK_STEP)[int(self.np_random.integers(4))]}}}"

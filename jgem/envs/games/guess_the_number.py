@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections import deque
 from typing import Any
 
 from jgem.core import Env, StepResult
-from jgem.envs.games.base import GameEnv, Reward
+from jgem.envs.games.base import GameEnv, Reward, last_match
 
 _GUESS = re.compile(r"\\boxed{(\d+)}")
 _HINT = re.compile(r"you guessed (\d+), the target is (higher|lower)")
@@ -73,12 +72,10 @@ class GuessTheNumberEnv(GameEnv):
         return self.instructions(), self.info()
 
     def step(self, action: str) -> StepResult:
-        self.turn_count += 1
-        last_turn = self.turn_count >= self.max_turns
-        match = next(iter(deque(_GUESS.finditer(action), maxlen=1)), None)  # GEM reads the last match
+        last_turn = self.next_turn()
+        match = last_match(_GUESS, action)
         if match is None:
-            obs = f"Turn {self.turn_count}: no guess found; put a whole number inside \\boxed{{}}. Game over."
-            return obs, Reward.FORMAT_ERROR, True, last_turn, self.info(success=False)
+            return self.no_boxed("a whole number", last_turn)
         guess = parse_number(match.group(1))
         in_range = self.min_number <= guess <= self.max_number
         if not in_range:  # GEM counts a guess of 0 as a format error; jgem treats it as out of range
@@ -95,12 +92,9 @@ class GuessTheNumberEnv(GameEnv):
             hint = "lower" if guess > self.target else "higher"
             obs = f"Turn {self.turn_count}: you guessed {guess}, the target is {hint} than {guess}."
             reward = Reward.STEP
-        if last_turn:
-            if in_range:  # GEM's last-turn score: how close the final guess was
-                reward = 1 - abs(guess - self.target) / (self.max_number - self.min_number)
-            obs += f"\nThat was the last turn; the number was {self.target}."
-            return obs, reward, True, True, self.info(success=False)
-        return obs, reward, False, False, self.info()
+        if last_turn and in_range:  # GEM's last-turn score: how close the final guess was
+            reward = 1 - abs(guess - self.target) / (self.max_number - self.min_number)
+        return self.end_turn(obs, reward, last_turn, f"\nThat was the last turn; the number was {self.target}.")
 
     def sample_random_action(self) -> str:
         return f"\\boxed{{{int(self.np_random.integers(self.min_number, self.max_number + 1))}}}"

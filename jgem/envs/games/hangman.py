@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 from jgem.core import Env, StepResult
-from jgem.envs.games.base import GameEnv, Reward
+from jgem.envs.games.base import GameEnv, Reward, last_match
 from jgem.envs.games.words import load_words
 
 _GUESS = re.compile(r"\\boxed{([a-zA-Z]+)}")
@@ -76,12 +76,10 @@ class HangmanEnv(GameEnv):
         return self.instructions(), self.info()
 
     def step(self, action: str) -> StepResult:
-        self.turn_count += 1
-        last_turn = self.turn_count >= self.max_turns
-        match = next(iter(deque(_GUESS.finditer(action), maxlen=1)), None)  # GEM reads the last match
+        last_turn = self.next_turn()
+        match = last_match(_GUESS, action)
         if match is None:
-            obs = f"Turn {self.turn_count}: no guess found; put one letter or a word inside \\boxed{{}}. Game over."
-            return obs, Reward.FORMAT_ERROR, True, last_turn, self.info(success=False)
+            return self.no_boxed("one letter or a word", last_turn)
         guess = match.group(1).upper()
         reward = Reward.STEP
         if len(guess) > 1:
@@ -107,10 +105,7 @@ class HangmanEnv(GameEnv):
                 self.board[i] = guess
             reward = 0.5 * len(hits) / len(self.secret)
             obs = f"Turn {self.turn_count}: {guess} is {'in' if hits else 'not in'} the word."
-        if last_turn:
-            obs += f"\nThat was the last turn; the word was {self.secret}."
-            return obs, reward, True, True, self.info(success=False)
-        return obs, reward, False, False, self.info()
+        return self.end_turn(obs, reward, last_turn, f"\nThat was the last turn; the word was {self.secret}.")
 
     def sample_random_action(self) -> str:
         if self.np_random.random() < 0.5:

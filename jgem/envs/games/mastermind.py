@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 from jgem.core import Env, StepResult
-from jgem.envs.games.base import GameEnv, Reward
+from jgem.envs.games.base import GameEnv, Reward, last_match
 from jgem.envs.games.guess_the_number import parse_number
 
 _GUESS = re.compile(r"\\boxed{(\d+(?:\s+\d+)*)}")
@@ -92,14 +92,10 @@ class MastermindEnv(GameEnv):
         return self.instructions(), self.info()
 
     def step(self, action: str) -> StepResult:
-        self.turn_count += 1
-        last_turn = self.turn_count >= self.max_turns
-        match = next(iter(deque(_GUESS.finditer(action), maxlen=1)), None)  # GEM reads the last match
+        last_turn = self.next_turn()
+        match = last_match(_GUESS, action)
         if match is None:
-            obs = (
-                f"Turn {self.turn_count}: no guess found; put digits separated by spaces inside \\boxed{{}}. Game over."
-            )
-            return obs, Reward.FORMAT_ERROR, True, last_turn, self.info(success=False)
+            return self.no_boxed("digits separated by spaces", last_turn)
         guess = tuple(parse_number(d) for d in match.group(1).split())
         shown = " ".join(map(str, guess[:12])) + (" ..." if len(guess) > 12 else "")
         reward = Reward.INVALID
@@ -118,10 +114,8 @@ class MastermindEnv(GameEnv):
             if black == self.code_length:
                 obs += f"\nYou cracked the code in {self.turn_count} turns!"
                 return obs, reward, True, False, self.info(success=True)
-        if last_turn:
-            obs += "\nThat was the last turn; the code was " + " ".join(map(str, self.code)) + "."
-            return obs, reward, True, True, self.info(success=False)
-        return obs, reward, False, False, self.info()
+        code = " ".join(map(str, self.code))
+        return self.end_turn(obs, reward, last_turn, f"\nThat was the last turn; the code was {code}.")
 
     def sample_random_action(self) -> str:
         digits = self.np_random.choice(

@@ -11,18 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from jgem.envs.games.base import GameEnv, Reward
+from jgem.envs.games.base import GameEnv, Reward, capped_int, last_match
 
 Grid = list[list[int]]
 
 # GEM's -random variant: (scale, clues, max_turns).
 _RANDOM_CHOICES = ((4, 10, 15), (9, 50, 50))
 _MOVE = re.compile(r"\\boxed\{(\d+)\s(\d+)\s(\d+)\}")
-
-
-def _to_int(digits: str) -> int:
-    # Python refuses int() on >4300 digits; any number that long is out of range anyway.
-    return int(digits) if len(digits) <= 9 else 10**9
 
 
 def _box_size(scale: int) -> int:
@@ -194,11 +189,11 @@ class SudokuEnv(GameEnv):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self.turn_count += 1
-        matches = _MOVE.findall(action) if isinstance(action, str) else []
-        if not matches:
+        match = last_match(_MOVE, action) if isinstance(action, str) else None
+        if match is None:
             obs = "No move found: answer with \\boxed{row column digit}, e.g. \\boxed{1 2 3}."
-            return obs, Reward.FORMAT_ERROR, True, self.turn_count == self.max_turns, self.info(success=False)
-        row, col, num = (_to_int(x) for x in matches[-1])
+            return self.format_error(obs, self.turn_count == self.max_turns)
+        row, col, num = (capped_int(x) for x in match.groups())
         where = f"{num} at R{row} C{col}"
         n, t = self.scale, self.turn_count
         reward = Reward.INVALID

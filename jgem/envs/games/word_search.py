@@ -14,15 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from jgem.envs.games.base import GameEnv, Reward
+from jgem.envs.games.base import GameEnv, Reward, capped_int, last_match
 from jgem.envs.games.words import load_words
 
 _MOVE = re.compile(r"\\boxed\{(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\}")
 Placement = dict[str, tuple[int, int, str]]  # word -> (row, col, "across" | "down")
-
-
-def _to_int(digits: str) -> int:
-    return int(digits) if len(digits) <= 9 else 10**9
 
 
 def _fits(grid: list[list[str]], word: str, direction: str, row: int, col: int) -> bool:
@@ -151,11 +147,11 @@ class WordSearchEnv(GameEnv):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self.turn_count += 1
-        matches = _MOVE.findall(action) if isinstance(action, str) else []
-        if not matches:
+        match = last_match(_MOVE, action) if isinstance(action, str) else None
+        if match is None:
             obs = "No guess found: answer with \\boxed{start_row start_col end_row end_col}, e.g. \\boxed{0 1 0 5}."
-            return obs, Reward.FORMAT_ERROR, True, self.turn_count == self.max_turns, self.info(success=False)
-        guess = tuple(_to_int(x) for x in matches[-1])
+            return self.format_error(obs, self.turn_count == self.max_turns)
+        guess = tuple(capped_int(x) for x in match.groups())
         r0, c0, r1, c1 = guess
         n, t = len(self.grid), self.turn_count
         reward = Reward.INVALID
@@ -179,9 +175,7 @@ class WordSearchEnv(GameEnv):
         self.attempts.add(guess)
         if len(self.found) == len(self.placed_words):
             return "You found every word!", reward, True, False, self.info(success=True)
-        if self.turn_count >= self.max_turns:
-            return obs + " That was the last turn.", reward, True, True, self.info(success=False)
-        return obs, reward, False, False, self.info()
+        return self.end_turn(obs, reward, self.turn_count >= self.max_turns, " That was the last turn.")
 
     def sample_random_action(self) -> str:
         r0, c0, r1, c1 = (int(x) for x in self.np_random.integers(len(self.grid), size=4))

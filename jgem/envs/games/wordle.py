@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 from jgem.core import Env, StepResult
-from jgem.envs.games.base import GameEnv, Reward
+from jgem.envs.games.base import GameEnv, Reward, last_match
 from jgem.envs.games.words import load_words
 
 _GUESS = re.compile(r"\\boxed{([a-zA-Z]+(?:\s+[a-zA-Z]+)*)}")
@@ -85,12 +85,10 @@ class WordleEnv(GameEnv):
         return self.instructions(), self.info()
 
     def step(self, action: str) -> StepResult:
-        self.turn_count += 1
-        last_turn = self.turn_count >= self.max_turns
-        match = next(iter(deque(_GUESS.finditer(action), maxlen=1)), None)  # GEM reads the last match
+        last_turn = self.next_turn()
+        match = last_match(_GUESS, action)
         if match is None:
-            obs = f"Turn {self.turn_count}: no guess found; put a word inside \\boxed{{}}. Game over."
-            return obs, Reward.FORMAT_ERROR, True, last_turn, self.info(success=False)
+            return self.no_boxed("a word", last_turn)
         guess = match.group(1).upper().replace(" ", "")  # GEM joins words split by spaces
         reward = Reward.INVALID
         if len(guess) != self.word_length:
@@ -111,10 +109,7 @@ class WordleEnv(GameEnv):
             if marks == "G" * self.word_length:
                 obs += f"\nSolved: the word was {self.secret}, found in {self.turn_count} turns."
                 return obs, reward + 0.5 * Reward.SUCCESS, True, False, self.info(success=True)
-        if last_turn:
-            obs += f"\nThat was the last turn; the word was {self.secret}."
-            return obs, reward, True, True, self.info(success=False)
-        return obs, reward, False, False, self.info()
+        return self.end_turn(obs, reward, last_turn, f"\nThat was the last turn; the word was {self.secret}.")
 
     def sample_random_action(self) -> str:
         words = load_words(self.word_length, common=True)
