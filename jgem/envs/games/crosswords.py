@@ -11,8 +11,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jgem.envs.games.base import GameEnv, Reward, capped_int, last_match
-from jgem.envs.games.word_search import place_words, word_cells
+from jgem.envs.games.base import Reward, capped_int, last_match
+from jgem.envs.games.word_search import WordGridEnv, place_words, word_cells
 
 _CLUES = Path(__file__).resolve().parent / "data" / "crosswords_clues.txt"
 _MOVE = re.compile(r"\\boxed\{(\d+)\s+(\d+)\s+([a-zA-Z])\}")
@@ -34,9 +34,11 @@ def load_clues(hardcore: bool) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-class CrosswordsEnv(GameEnv):
+class CrosswordsEnv(WordGridEnv):
     """Each correct letter: 1/(letter cells). A wrong letter scores 0 (not terminal); a filled or black
     cell, or one off the grid, is an invalid move (0)."""
+
+    random_num_words = 3
 
     def __init__(
         self,
@@ -45,20 +47,11 @@ class CrosswordsEnv(GameEnv):
         num_words: int | None = 5,
         seed: int | None = None,
     ) -> None:
-        super().__init__(seed=seed)
-        self._is_random = hardcore is None or max_turns is None or num_words is None
-        if not self._is_random and num_words < 1:
-            raise ValueError(f"num_words must be at least 1, got {num_words}")
-        self.hardcore, self.max_turns, self.num_words = hardcore, max_turns, num_words
-        self.reset()
+        super().__init__(hardcore, max_turns, num_words, seed)
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed)
-        if self._is_random:  # GEM: hardcore or not, 3 words, 20 turns
-            self.hardcore, self.num_words, self.max_turns = bool(self.np_random.integers(2)), 3, 20
-        pool = load_clues(bool(self.hardcore))
-        picks = self.np_random.choice(len(pool), size=min(self.num_words, len(pool)), replace=False)
-        chosen = dict(pool[int(i)] for i in picks)
+        chosen = dict(self._pick_words(load_clues))
         self.solution, self.placed_words = place_words(list(chosen), self.np_random)
         # Clues in GEM's order: longest word first.
         self.clues = {w: chosen[w] for w in sorted(self.placed_words, key=len, reverse=True)}

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Callable, Sequence
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from jgem.envs.games.base import GameEnv, Reward, capped_int, last_match
 from jgem.envs.games.words import load_words
 
 _MOVE = re.compile(r"\\boxed\{(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\}")
+T = TypeVar("T")
 Placement = dict[str, tuple[int, int, str]]  # word -> (row, col, "across" | "down")
 
 
@@ -81,8 +83,35 @@ def word_pool(hardcore: bool) -> tuple[str, ...]:
     return tuple(w for w in load_words() if w not in common and 5 <= len(w) <= 12)
 
 
-class WordSearchEnv(GameEnv):
+class WordGridEnv(GameEnv):
+    """What Word Search and Crosswords share: `num_words` words drawn from a basic or hardcore pool.
+    With any parameter `None`, each reset draws them as GEM does: hardcore or not, `random_num_words`
+    words, 20 turns."""
+
+    random_num_words: int
+
+    def __init__(self, hardcore: bool | None, max_turns: int | None, num_words: int | None, seed: int | None) -> None:
+        super().__init__(seed=seed)
+        self._is_random = hardcore is None or max_turns is None or num_words is None
+        if not self._is_random and num_words < 1:
+            raise ValueError(f"num_words must be at least 1, got {num_words}")
+        self.hardcore, self.max_turns, self.num_words = hardcore, max_turns, num_words
+        self.reset()
+
+    def _pick_words(self, pool_of: Callable[[bool], Sequence[T]]) -> list[T]:
+        """Called by `reset` after seeding: the draw of random parameters, then this episode's words."""
+        if self._is_random:
+            self.hardcore, self.num_words = bool(self.np_random.integers(2)), self.random_num_words
+            self.max_turns = 20
+        pool = pool_of(bool(self.hardcore))
+        picks = self.np_random.choice(len(pool), size=min(self.num_words, len(pool)), replace=False)
+        return [pool[int(i)] for i in picks]
+
+
+class WordSearchEnv(WordGridEnv):
     """Each word found: 1/(number of words). Wrong, repeated, diagonal or off-grid guesses: 0."""
+
+    random_num_words = 5
 
     def __init__(
         self,
@@ -91,20 +120,11 @@ class WordSearchEnv(GameEnv):
         num_words: int | None = 5,
         seed: int | None = None,
     ) -> None:
-        super().__init__(seed=seed)
-        self._is_random = hardcore is None or max_turns is None or num_words is None
-        if not self._is_random and num_words < 1:
-            raise ValueError(f"num_words must be at least 1, got {num_words}")
-        self.hardcore, self.max_turns, self.num_words = hardcore, max_turns, num_words
-        self.reset()
+        super().__init__(hardcore, max_turns, num_words, seed)
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed)
-        if self._is_random:  # GEM: hardcore or not, 5 words, 20 turns
-            self.hardcore, self.num_words, self.max_turns = bool(self.np_random.integers(2)), 5, 20
-        pool = word_pool(bool(self.hardcore))
-        picks = self.np_random.choice(len(pool), size=min(self.num_words, len(pool)), replace=False)
-        grid, self.placed_words = place_words([pool[int(i)].upper() for i in picks], self.np_random)
+        grid, self.placed_words = place_words([w.upper() for w in self._pick_words(word_pool)], self.np_random)
         letters = string.ascii_uppercase
         self.grid = [[ch if ch != "." else letters[int(self.np_random.integers(26))] for ch in row] for row in grid]
         self.found: set[str] = set()
