@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
 
 import jgem
 
@@ -86,3 +89,25 @@ def check_reset_reproducible(env_id: str, seeds: int, same: Callable[[jgem.Env, 
     for seed in range(seeds):
         assert a.reset(seed=seed) == b.reset(seed=seed) and same(a, b)
     assert a.reset(seed=0)[1]["suffix"] != a.reset(seed=1)[1]["suffix"]
+
+
+def rigged(env_id: str, make_kwargs: dict[str, Any] | None = None, **attrs: Any) -> jgem.Env:
+    """`jgem.make(env_id, **make_kwargs)` reset with seed 0, then `attrs` set on it in order (a hand-picked
+    secret, code or board)."""
+    env = jgem.make(env_id, **(make_kwargs or {}))
+    env.reset(seed=0)
+    for name, value in attrs.items():
+        setattr(env, name, value)
+    return env
+
+
+def play_steps(env: jgem.Env, steps: Sequence[tuple[str, float, str]], suffix: str | None = None) -> dict[str, Any]:
+    """Each (action, reward, text) scores about `reward`, does not end the game and says `text`
+    (and, given `suffix`, info["suffix"] is it). Returns the last step's info."""
+    info: dict[str, Any] = {}
+    for action, reward, text in steps:
+        obs, r, terminated, truncated, info = env.step(action)
+        assert r == pytest.approx(reward) and (terminated, truncated) == (False, False) and text in obs, obs
+        if suffix is not None:
+            assert info["suffix"] == suffix
+    return info

@@ -4,14 +4,12 @@ import pytest
 
 import jgem
 from jgem.envs.games.fifteen_puzzle import _bfs, apply_move, reachable_boards, solve, solved_board
+from tests.envs.game_checks import rigged
 
 
 def game(board: tuple[int, ...], max_turns: int = 10) -> jgem.Env:
     n = round(len(board) ** 0.5)
-    env = jgem.make("game:FifteenPuzzle-v0-easy", num_rows=n, max_turns=max_turns)
-    env.reset(seed=0)
-    env.board = board
-    return env
+    return rigged("game:FifteenPuzzle-v0-easy", dict(num_rows=n, max_turns=max_turns), board=board)
 
 
 def inversions(board: tuple[int, ...]) -> int:

@@ -6,13 +6,11 @@ import pytest
 
 import jgem
 from jgem.envs.games.guess_the_number import Solver
+from tests.envs.game_checks import rigged
 
 
 def game(target: int, variant: str = "easy", **kwargs) -> jgem.Env:
-    env = jgem.make(f"game:GuessTheNumber-v0-{variant}", **kwargs)
-    env.reset(seed=0)
-    env.target = target
-    return env
+    return rigged(f"game:GuessTheNumber-v0-{variant}", kwargs, target=target)
 
 
 def test_hints_invalid_moves_and_last_turn_score() -> None:

@@ -4,13 +4,11 @@ import pytest
 
 import jgem
 from jgem.envs.games.words import load_words
+from tests.envs.game_checks import play_steps, rigged
 
 
 def game(secret: str, variant: str = "easy", **kwargs) -> jgem.Env:
-    env = jgem.make(f"game:Hangman-v0-{variant}", **kwargs)
-    env.reset(seed=0)
-    env.secret, env.board = secret, ["_"] * len(secret)
-    return env
+    return rigged(f"game:Hangman-v0-{variant}", kwargs, secret=secret, board=["_"] * len(secret))
 
 
 def test_letters_words_and_the_win_reward() -> None:
@@ -23,9 +21,7 @@ def test_letters_words_and_the_win_reward() -> None:
         ("\\boxed{bye}", 0.0, "not the word"),
         ("\\boxed{bye}", 0.0, "not the word"),  # GEM does not track repeated word guesses
     ]
-    for action, reward, text in steps:
-        obs, r, terminated, truncated, info = env.step(action)
-        assert r == pytest.approx(reward) and (terminated, truncated) == (False, False) and text in obs, obs
+    info = play_steps(env, steps)
     assert "  _   E   E" in info["suffix"]
     obs, r, terminated, truncated, info = env.step("\\boxed{Bee}")
     assert r == pytest.approx(0.5 * 1 / 3 + 0.5)  # half the hidden fraction, plus half for the win

@@ -9,13 +9,11 @@ from hypothesis import strategies as st
 
 import jgem
 from jgem.envs.games.mastermind import score
+from tests.envs.game_checks import rigged
 
 
 def game(code: tuple[int, ...], variant: str = "easy", **kwargs) -> jgem.Env:
-    env = jgem.make(f"game:Mastermind-v0-{variant}", **kwargs)
-    env.reset(seed=0)
-    env.code = code
-    return env
+    return rigged(f"game:Mastermind-v0-{variant}", kwargs, code=code)
 
 
 def test_rewards_follow_the_black_peg_milestone() -> None:

@@ -4,6 +4,7 @@ import pytest
 
 import jgem
 from jgem.envs.games.minesweeper import MINE, _deduce, _risks, neighbours
+from tests.envs.game_checks import rigged
 
 M = MINE
 # 4x4, mines at (0, 3) and (3, 0); 14 safe cells
@@ -16,11 +17,12 @@ BOARD = [
 
 
 def game(max_turns: int = 20) -> jgem.Env:
-    env = jgem.make("game:Minesweeper-v0-easy", rows=4, cols=4, num_mines=2, max_turns=max_turns)
-    env.reset(seed=0)
-    env.grid = [row[:] for row in BOARD]
-    env.first_reveal = False
-    return env
+    return rigged(
+        "game:Minesweeper-v0-easy",
+        dict(rows=4, cols=4, num_mines=2, max_turns=max_turns),
+        grid=[row[:] for row in BOARD],
+        first_reveal=False,
+    )
 
 
 def test_rewards_and_win_by_flagging_the_last_mine() -> None:

@@ -5,13 +5,11 @@ import pytest
 import jgem
 from jgem.envs.games.wordle import feedback
 from jgem.envs.games.words import load_words
+from tests.envs.game_checks import play_steps, rigged
 
 
 def game(secret: str, variant: str = "easy", **kwargs) -> jgem.Env:
-    env = jgem.make(f"game:Wordle-v0-{variant}", **kwargs)
-    env.reset(seed=0)
-    env.secret = secret
-    return env
+    return rigged(f"game:Wordle-v0-{variant}", kwargs, secret=secret)
 
 
 def test_green_milestones_and_win_bonus() -> None:
@@ -24,10 +22,7 @@ def test_green_milestones_and_win_bonus() -> None:
         ("\\boxed{DOG}", 0.0, "already guessed"),
         ("\\boxed{cats}", 0.0, "has 4 letters"),
     ]
-    for action, reward, text in steps:
-        obs, r, terminated, truncated, info = env.step(action)
-        assert r == pytest.approx(reward) and (terminated, truncated) == (False, False) and text in obs, obs
-        assert info["suffix"] == "Enter your guess."
+    play_steps(env, steps, suffix="Enter your guess.")
     obs, r, terminated, truncated, info = env.step("it must be \\boxed{c a t}")  # GEM joins spaced letters
     assert r == pytest.approx(0.5 / 3 + 0.5)
     assert (terminated, truncated, info["success"]) == (True, False, True)
