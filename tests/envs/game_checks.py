@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import jgem
+from jgem.envs.games.solvers import play, solver_for
 
 
 def check_bad_inputs(
@@ -111,3 +112,28 @@ def play_steps(env: jgem.Env, steps: Sequence[tuple[str, float, str]], suffix: s
         if suffix is not None:
             assert info["suffix"] == suffix
     return info
+
+
+def same_step(ours: jgem.Env, ref: Any, action: str) -> bool:
+    """Step jgem's env and GEM's with `action`: same reward, terminated and truncated. True when it ended."""
+    mine, theirs = ours.step(action), ref.step(action)
+    assert mine[1] == pytest.approx(theirs[1]) and mine[2:4] == theirs[2:4], action
+    return mine[2]
+
+
+def check_solver_always_wins(
+    env_id: str,
+    seeds: int,
+    turns_needed: Callable[[jgem.Env], int],
+    exact_return: bool = False,
+    each: Callable[[jgem.Env], object] | None = None,
+) -> None:
+    """The reference solver wins every seed with return 1 (exactly 1.0 with `exact_return`) in exactly
+    `turns_needed(env)` turns, within the turn limit; `each(env)` then runs on the finished episode."""
+    env = jgem.make(env_id)
+    for seed in range(seeds):
+        ret, turns, won = play(env, solver_for(env_id), seed=seed)
+        full = ret == 1.0 if exact_return else ret == pytest.approx(1.0)
+        assert won and full and turns == turns_needed(env) <= env.max_turns
+        if each is not None:
+            each(env)

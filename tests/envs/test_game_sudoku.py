@@ -6,9 +6,14 @@ import numpy as np
 import pytest
 
 import jgem
-from jgem.envs.games.solvers import play, solver_for
 from jgem.envs.games.sudoku import count_solutions, solve
-from tests.envs.game_checks import check_bad_inputs, check_clone, check_random_agent
+from tests.envs.game_checks import (
+    check_bad_inputs,
+    check_clone,
+    check_random_agent,
+    check_solver_always_wins,
+    same_step,
+)
 
 IDS = ["game:Sudoku-v0-easy", "game:Sudoku-v0-hard", "game:Sudoku-v0-random"]
 BAD = [
@@ -129,10 +134,7 @@ def test_format_error_and_turn_limit():
 
 @pytest.mark.parametrize("env_id,seeds", [(IDS[0], 30), (IDS[1], 5), (IDS[2], 10)])
 def test_solver_always_wins(env_id, seeds):
-    env = jgem.make(env_id)
-    for seed in range(seeds):
-        ret, turns, won = play(env, solver_for(env_id), seed=seed)
-        assert won and ret == pytest.approx(1.0) and turns == env.init_num_empty <= env.max_turns
+    check_solver_always_wins(env_id, seeds, lambda env: env.init_num_empty)
 
 
 @pytest.mark.parametrize("env_id", IDS)
@@ -177,9 +179,7 @@ def test_matches_gem_step_for_step():
                     action = "\\boxed{1, 2, 3}"  # a format error
                 else:
                     action = ours.sample_random_action().replace("\\boxed{1 ", "\\boxed{0 ")
-                mine, theirs = ours.step(action), ref.step(action)
-                assert mine[1] == pytest.approx(theirs[1]) and mine[2:4] == theirs[2:4], action
-                if mine[2]:
+                if same_step(ours, ref, action):
                     break
             assert ours.board == ref.board
     finally:

@@ -4,9 +4,14 @@ import numpy as np
 import pytest
 
 import jgem
-from jgem.envs.games.solvers import play, solver_for
 from jgem.envs.games.tower_of_hanoi import plan
-from tests.envs.game_checks import check_bad_inputs, check_clone, check_random_agent
+from tests.envs.game_checks import (
+    check_bad_inputs,
+    check_clone,
+    check_random_agent,
+    check_solver_always_wins,
+    same_step,
+)
 
 IDS = ["game:TowerofHanoi-v0-easy", "game:TowerofHanoi-v0-hard", "game:TowerofHanoi-v0-random"]
 BAD = [
@@ -53,12 +58,14 @@ def test_turn_limit_scores_disks_on_c():
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_solver_is_optimal_and_wins(env_id):
-    env = jgem.make(env_id)
     seen = set()
-    for seed in range(12):
-        ret, turns, won = play(env, solver_for(env_id), seed=seed)
-        assert won and ret == 1.0 and turns == 2**env.num_disks - 1 <= env.max_turns
-        seen.add((env.num_disks, env.max_turns))
+    check_solver_always_wins(
+        env_id,
+        12,
+        lambda env: 2**env.num_disks - 1,
+        exact_return=True,
+        each=lambda env: seen.add((env.num_disks, env.max_turns)),
+    )
     if env_id.endswith("random"):
         assert seen == {(3, 10), (4, 20), (5, 35)}
 
@@ -106,8 +113,6 @@ def test_matches_gem_step_for_step():
             elif rng.random() < 0.4:
                 src, dst = plan(ours.board)[0]
                 action = f"\\boxed{{{src} {dst}}}"
-            mine, theirs = ours.step(action), ref.step(action)
-            assert mine[1] == pytest.approx(theirs[1]) and mine[2:4] == theirs[2:4], action
-            if mine[2]:
+            if same_step(ours, ref, action):
                 break
         assert ours.board == ref.board

@@ -4,10 +4,16 @@ import numpy as np
 import pytest
 
 import jgem
-from jgem.envs.games.solvers import play, solver_for
 from jgem.envs.games.word_search import place_words, word_cells
 from jgem.envs.games.words import load_words
-from tests.envs.game_checks import check_bad_inputs, check_clone, check_random_agent, check_reset_reproducible
+from tests.envs.game_checks import (
+    check_bad_inputs,
+    check_clone,
+    check_random_agent,
+    check_reset_reproducible,
+    check_solver_always_wins,
+    same_step,
+)
 
 IDS = ["game:WordSearch-v0-easy", "game:WordSearch-v0-hard", "game:WordSearch-v0-random"]
 BAD = [
@@ -97,12 +103,8 @@ def test_word_pools():
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_solver_always_wins(env_id):
-    env = jgem.make(env_id)
     kinds = set()
-    for seed in range(25):
-        ret, turns, won = play(env, solver_for(env_id), seed=seed)
-        assert won and ret == pytest.approx(1.0) and turns == len(env.placed_words) <= env.max_turns
-        kinds.add(env.hardcore)
+    check_solver_always_wins(env_id, 25, lambda env: len(env.placed_words), each=lambda env: kinds.add(env.hardcore))
     assert kinds == ({False, True} if env_id.endswith("random") else {env_id.endswith("hard")})
 
 
@@ -148,9 +150,7 @@ def test_matches_gem_step_for_step():
                 action = "\\boxed{1 2 3}"
             else:
                 action = ours.sample_random_action()
-            mine, theirs = ours.step(action), ref.step(action)
-            assert mine[1] == pytest.approx(theirs[1]) and mine[2:4] == theirs[2:4], action
-            if mine[2]:
+            if same_step(ours, ref, action):
                 break
         assert ours.found == ref.correct_words and ours.highlighted == ref.highlighted_positions
     # The one deliberate difference: GEM pays again for a found word named backwards.
