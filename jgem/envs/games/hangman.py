@@ -145,7 +145,7 @@ class Solver:
         # occurs; a word guess wins with chance 1/n and otherwise removes one word.
         n = len(fits)
         best, best_left = fits[0], (n - 1) ** 2 / n
-        for letter in {c for w in fits for c in w} - tried:
+        for letter in sorted({c for w in fits for c in w} - tried):  # sorted: no hash-order dependence
             groups = Counter(tuple(i for i, c in enumerate(w) if c == letter) for w in fits)
             left = sum(k * k for k in groups.values()) / n
             if left < best_left:
