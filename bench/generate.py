@@ -42,8 +42,14 @@ def matmul_peak(n: int = 2048, reps: int = 10) -> float:
 
 def model_flops(cfg: ModelConfig, batch: int, prompt: int, new: int) -> float:
     """Matmul FLOPs of prefill (prompt tokens, one logits row) plus new-1 decode steps."""
-    d, h, n, k, f, v = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size,
-                        cfg.vocab_size)
+    d, h, n, k, f, v = (
+        cfg.hidden_size,
+        cfg.head_dim,
+        cfg.num_heads,
+        cfg.num_kv_heads,
+        cfg.intermediate_size,
+        cfg.vocab_size,
+    )
     per_tok = cfg.num_layers * 2 * (d * n * h + 2 * d * k * h + n * h * d + 3 * d * f)
     attn = lambda ctx: cfg.num_layers * 4 * n * h * ctx  # scores + weighted sum against ctx keys
     total = batch * prompt * per_tok + batch * sum(attn(t + 1) for t in range(prompt)) + batch * 2 * d * v
@@ -95,8 +101,9 @@ def main() -> None:
     args = ap.parse_args()
 
     peak = matmul_peak()
-    print(json.dumps({"bench": "matmul_peak", "device": str(jax.devices()[0]), "gflops_f32": round(peak, 1)}),
-          flush=True)
+    print(
+        json.dumps({"bench": "matmul_peak", "device": str(jax.devices()[0]), "gflops_f32": round(peak, 1)}), flush=True
+    )
     for name in args.models:
         cfg = preset(name)
         model = Transformer(cfg, rngs=nnx.Rngs(0))
@@ -113,9 +120,15 @@ def main() -> None:
             prompts = rs.randint(1, cfg.vocab_size, (b, args.prompt_len)).astype(np.int32)
             n_tok = b * args.new_tokens
             t_j = bench_jgem(model, cfg, prompts, args.new_tokens, args.reps)
-            row = {"bench": "generate", "model": name, "params_m": round(cfg.num_params / 1e6, 2), "batch": b,
-                   "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-                   "jgem_tok_s": round(n_tok / t_j, 1)}
+            row = {
+                "bench": "generate",
+                "model": name,
+                "params_m": round(cfg.num_params / 1e6, 2),
+                "batch": b,
+                "prompt_len": args.prompt_len,
+                "new_tokens": args.new_tokens,
+                "jgem_tok_s": round(n_tok / t_j, 1),
+            }
             gflops = model_flops(cfg, b, args.prompt_len, args.new_tokens) / t_j / 1e9
             row.update(jgem_gflops=round(gflops, 1), jgem_frac_of_peak=round(gflops / peak, 3))
             if hf_model is not None:

@@ -35,8 +35,19 @@ def free_port() -> int:
 
 
 def start_server(port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "jgem.envs.remote.server", "--env", ENV_ID, "--port", str(port), "--token", TOKEN,
-           "--max-envs", "100000"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jgem.envs.remote.server",
+        "--env",
+        ENV_ID,
+        "--port",
+        str(port),
+        "--token",
+        TOKEN,
+        "--max-envs",
+        "100000",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(300):
         try:
@@ -79,8 +90,9 @@ def agentgym_sequential(url: str, n: int, steps: int) -> float:
 async def per_env_concurrent(url: str, n: int, steps: int) -> float:
     """One request per env step, all envs of a turn in flight together."""
     limits = httpx.Limits(max_connections=64)
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60,
-                                 limits=limits) as h:
+    async with httpx.AsyncClient(
+        base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60, limits=limits
+    ) as h:
         ids = [(await h.post("/create", json={"env_kwargs": KWARGS})).json()["id"] for _ in range(n)]
         await asyncio.gather(*(h.post("/reset", json={"id": i}) for i in ids))
         t = time.perf_counter()
@@ -128,9 +140,21 @@ def main() -> None:
     peer = n * steps / results["agentgym_one_request_per_step"]
     for mode, dt in results.items():
         rate = n * steps / dt
-        print(json.dumps({"bench": "remote", "mode": mode, "env": ENV_ID, "envs": n, "steps_per_env": steps,
-                          "seconds": round(dt, 3), "steps_per_s": round(rate, 1),
-                          "ratio_vs_agentgym": round(rate / peer, 2), "cpus": os.cpu_count()}))
+        print(
+            json.dumps(
+                {
+                    "bench": "remote",
+                    "mode": mode,
+                    "env": ENV_ID,
+                    "envs": n,
+                    "steps_per_env": steps,
+                    "seconds": round(dt, 3),
+                    "steps_per_s": round(rate, 1),
+                    "ratio_vs_agentgym": round(rate / peer, 2),
+                    "cpus": os.cpu_count(),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

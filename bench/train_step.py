@@ -72,17 +72,22 @@ def make_batch(cfg: ModelConfig, b: int, t: int, seed: int = 0) -> dict[str, np.
         "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
         "loss_mask": mask.copy(),
         "advantages": np.where(mask, rng.normal(size=(b, t)), 0.0).astype(np.float32),
-        "old_logprobs": np.where(mask, -np.log(cfg.vocab_size) + 0.05 * rng.normal(size=(b, t)), 0.0)
-        .astype(np.float32),
+        "old_logprobs": np.where(mask, -np.log(cfg.vocab_size) + 0.05 * rng.normal(size=(b, t)), 0.0).astype(
+            np.float32
+        ),
     }
 
 
 def jgem_step(model: Transformer, data: dict, lcfg: LearnerConfig):
     state = init_train_state(model, lcfg)
-    batch = TrainBatch(tokens=jnp.asarray(data["tokens"]), positions=jnp.asarray(data["positions"]),
-                       segment_ids=jnp.ones(data["tokens"].shape, jnp.int32),
-                       loss_mask=jnp.asarray(data["loss_mask"]), advantages=jnp.asarray(data["advantages"]),
-                       old_logprobs=jnp.asarray(data["old_logprobs"]))
+    batch = TrainBatch(
+        tokens=jnp.asarray(data["tokens"]),
+        positions=jnp.asarray(data["positions"]),
+        segment_ids=jnp.ones(data["tokens"].shape, jnp.int32),
+        loss_mask=jnp.asarray(data["loss_mask"]),
+        advantages=jnp.asarray(data["advantages"]),
+        old_logprobs=jnp.asarray(data["old_logprobs"]),
+    )
     box = {"state": state}
 
     def step():
@@ -100,9 +105,12 @@ def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig):
     model.train()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": lcfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=lcfg.lr, betas=(lcfg.b1, lcfg.b2),
-                            eps=lcfg.adam_eps)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": lcfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lcfg.lr,
+        betas=(lcfg.b1, lcfg.b2),
+        eps=lcfg.adam_eps,
+    )
     tokens = torch.from_numpy(data["tokens"]).long()
     positions = torch.from_numpy(data["positions"]).long()
     mask = torch.from_numpy(data["loss_mask"]).float()
@@ -151,9 +159,21 @@ def bench_size(name: str, b: int, t: int, steps: int) -> None:
         res[impl] = b * t / med
         mfu = statistics.median(flops / ti / 1e9 / pk for ti, pk in zip(ts, peaks))
         extra = {"compile_s": round(tc, 1)} if impl == "jgem" else {}
-        emit(bench="train_step", size=name, impl=impl, params=cfg.num_params, batch=b, seq=t,
-             step_s=round(med, 4), tokens_per_s=round(b * t / med, 1), gflops=round(flops / med / 1e9, 1),
-             mfu=round(mfu, 3), peak_gflops=round(statistics.median(peaks), 1), steps=steps, **extra)
+        emit(
+            bench="train_step",
+            size=name,
+            impl=impl,
+            params=cfg.num_params,
+            batch=b,
+            seq=t,
+            step_s=round(med, 4),
+            tokens_per_s=round(b * t / med, 1),
+            gflops=round(flops / med / 1e9, 1),
+            mfu=round(mfu, 3),
+            peak_gflops=round(statistics.median(peaks), 1),
+            steps=steps,
+            **extra,
+        )
     emit(bench="train_step", size=name, ratio_jgem_over_torch=round(res["jgem"] / res["torch"], 3))
 
 
@@ -166,8 +186,14 @@ def main() -> None:
     args = ap.parse_args()
     torch.manual_seed(0)
     peaks = matmul_peak()
-    emit(bench="matmul_peak_f32", jax_gflops=round(peaks["jax"], 1), torch_gflops=round(peaks["torch"], 1),
-         cpu_count=os.cpu_count(), torch_threads=torch.get_num_threads(), device=str(jax.devices()[0]))
+    emit(
+        bench="matmul_peak_f32",
+        jax_gflops=round(peaks["jax"], 1),
+        torch_gflops=round(peaks["torch"], 1),
+        cpu_count=os.cpu_count(),
+        torch_threads=torch.get_num_threads(),
+        device=str(jax.devices()[0]),
+    )
     for name in args.sizes:
         bench_size(name, args.batch, args.seq, args.steps)
 

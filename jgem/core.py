@@ -67,7 +67,7 @@ class Env(abc.ABC):
             clone.np_random = np.random.default_rng(self.np_random.integers(2**63))
         return clone
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, not abstract
         """Release external resources (processes, sockets). Idempotent."""
 
     @property

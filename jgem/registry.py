@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import inspect
@@ -81,7 +82,9 @@ def _check_kwargs(env_id: str, cls: Callable[..., Env], kwargs: dict[str, Any]) 
         if name not in valid:
             close = difflib.get_close_matches(name, valid, n=2, cutoff=0.5)
             hint = f"did you mean {', '.join(map(repr, close))}? " if close else ""
-            raise TypeError(f"{env_id!r} got an unexpected parameter {name!r}; {hint}valid parameters: {', '.join(valid)}")
+            raise TypeError(
+                f"{env_id!r} got an unexpected parameter {name!r}; {hint}valid parameters: {', '.join(valid)}"
+            )
 
 
 def make(env_id: str, **kwargs: Any) -> Env:
@@ -91,8 +94,6 @@ def make(env_id: str, **kwargs: Any) -> Env:
     merged = {**s.kwargs, **kwargs}
     _check_kwargs(env_id, cls, merged)
     env = cls(**merged)
-    try:
+    with contextlib.suppress(AttributeError):  # wrappers expose spec read-only; theirs comes from the inner env
         env.spec = EnvSpec(env_id, s.entry_point, merged)
-    except AttributeError:  # wrappers expose spec read-only; theirs comes from the inner env
-        pass
     return env

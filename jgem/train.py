@@ -80,8 +80,11 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.mesh = make_mesh(cfg.mesh)
-        self.curriculum = Curriculum(cfg.curriculum.horizons, cfg.curriculum.stage_steps) if cfg.curriculum.horizons \
+        self.curriculum = (
+            Curriculum(cfg.curriculum.horizons, cfg.curriculum.stage_steps)
+            if cfg.curriculum.horizons
             else Curriculum.constant(MAX_TURNS_CAP)
+        )
 
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path)
         system = cfg.env.system_prompt if cfg.rollout.view == "per_turn" else None
@@ -92,15 +95,22 @@ class Trainer:
         self.ref_params = jax.tree.map(jnp.copy, self.state.params) if cfg.learner.kl_coef > 0 else None
         # Multi-host: each process samples its own episodes on a mesh of its local devices (collectives
         # inside the decode loop would deadlock when hosts finish their episodes at different times).
-        self.sample_mesh = self.mesh if jax.process_count() == 1 else make_mesh(
-            MeshConfig(data=-1), devices=jax.local_devices())
-        self.sampler = Sampler(self.model_cfg, eos_ids=self.chat.stop_token_ids, pad_id=self.chat.pad_id,
-                               mesh=self.sample_mesh)
+        self.sample_mesh = (
+            self.mesh if jax.process_count() == 1 else make_mesh(MeshConfig(data=-1), devices=jax.local_devices())
+        )
+        self.sampler = Sampler(
+            self.model_cfg, eos_ids=self.chat.stop_token_ids, pad_id=self.chat.pad_id, mesh=self.sample_mesh
+        )
         self.pool = EnvPool(
-            cfg.env.env_id, cfg.env.num_envs, backend=cfg.env.backend, num_workers=cfg.env.num_workers,
-            step_timeout=cfg.env.step_timeout, env_kwargs=dict(cfg.env.env_kwargs),
+            cfg.env.env_id,
+            cfg.env.num_envs,
+            backend=cfg.env.backend,
+            num_workers=cfg.env.num_workers,
+            step_timeout=cfg.env.step_timeout,
+            env_kwargs=dict(cfg.env.env_kwargs),
             wrappers=wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt),
-            remote_urls=cfg.env.remote_urls, remote_token=cfg.env.remote_token,
+            remote_urls=cfg.env.remote_urls,
+            remote_token=cfg.env.remote_token,
         )
         self.collector = Collector(self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id)
         self.adv_name = "gae" if cfg.algorithm == "ppo" else cfg.algorithm
@@ -125,8 +135,10 @@ class Trainer:
         else:
             mcfg = preset(cfg.model.preset, remat=cfg.model.remat, **dt)
             if len(tokenizer) > mcfg.vocab_size:
-                raise ValueError(f"tokenizer has {len(tokenizer)} tokens but preset {cfg.model.preset!r} has "
-                                 f"vocab_size {mcfg.vocab_size}; use a matching tokenizer or preset")
+                raise ValueError(
+                    f"tokenizer has {len(tokenizer)} tokens but preset {cfg.model.preset!r} has "
+                    f"vocab_size {mcfg.vocab_size}; use a matching tokenizer or preset"
+                )
             model = Transformer(mcfg, rngs=nnx.Rngs(cfg.seed))
             critic = None
             if ppo:
@@ -138,8 +150,15 @@ class Trainer:
     # -- device functions (jitted in __init__) -------------------------------------------------------
 
     def _advantages(self, rewards, turn_mask, group_ids, values):
-        out = compute_advantages(self.adv_name, rewards, turn_mask, group_ids=group_ids, values=values,
-                                 gamma=self.cfg.gamma, lam=self.cfg.lam)
+        out = compute_advantages(
+            self.adv_name,
+            rewards,
+            turn_mask,
+            group_ids=group_ids,
+            values=values,
+            gamma=self.cfg.gamma,
+            lam=self.cfg.lam,
+        )
         return out.advantages, out.returns
 
     def _critic_values(self, state: TrainState, tokens, positions, segment_ids):
@@ -169,8 +188,9 @@ class Trainer:
         policy = SamplerPolicy(self.sampler, self._policy_for_sampling(), rollout)
         key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
         try:
-            return self.collector.collect(policy, self.specs(step, eval=eval), key,
-                                          max_turns=self.curriculum.max_turns(step))
+            return self.collector.collect(
+                policy, self.specs(step, eval=eval), key, max_turns=self.curriculum.max_turns(step)
+            )
         finally:
             self.collector.cfg = cfg.rollout
 
@@ -205,31 +225,49 @@ class Trainer:
                 arrays["values"] = self._turn_values(episodes, K, E)
             gathered = self._allgather_rows(arrays)
             adv, ret = self._adv(
-                jnp.asarray(gathered["rewards"]), jnp.asarray(gathered["turn_mask"]),
-                jnp.asarray(gathered["group_ids"]), jnp.asarray(gathered["values"]) if critic else None,
+                jnp.asarray(gathered["rewards"]),
+                jnp.asarray(gathered["turn_mask"]),
+                jnp.asarray(gathered["group_ids"]),
+                jnp.asarray(gathered["values"]) if critic else None,
             )
             rows = self._local_rows(E)
             adv, ret = np.asarray(adv)[rows], np.asarray(ret)[rows]
             if critic:
                 values, returns = arrays["values"], ret
-        packed = build_batch(episodes, adv[: len(episodes)], view=cfg.rollout.view, pad_id=self.chat.pad_id,
-                             buckets=cfg.batch_buckets, batch_divisor=self.batch_divisor,
-                             returns=None if returns is None else returns[: len(episodes)],
-                             values=None if values is None else values[: len(episodes)])
+        packed = build_batch(
+            episodes,
+            adv[: len(episodes)],
+            view=cfg.rollout.view,
+            pad_id=self.chat.pad_id,
+            buckets=cfg.batch_buckets,
+            batch_divisor=self.batch_divisor,
+            returns=None if returns is None else returns[: len(episodes)],
+            values=None if values is None else values[: len(episodes)],
+        )
         metrics |= packed.metrics
         host = self._pad_rows(packed.arrays)
         batch = TrainBatch(**shard_batch(host, self.mesh))
         if self.ref_params is not None and not sft:
-            batch = batch.replace(ref_logprobs=self._ref_logprobs(self.state, self.ref_params, batch.tokens,
-                                                                  batch.positions, batch.segment_ids))
+            batch = batch.replace(
+                ref_logprobs=self._ref_logprobs(
+                    self.state, self.ref_params, batch.tokens, batch.positions, batch.segment_ids
+                )
+            )
         return batch, metrics
 
     def _turn_values(self, episodes: list[Episode], K: int, E: int) -> np.ndarray:
         """Critic values at the last prompt token of every turn, [E, K] (PPO)."""
         zeros = np.zeros((len(episodes), K), np.float32)
-        packed = build_batch(episodes, zeros, view=self.cfg.rollout.view, pad_id=self.chat.pad_id,
-                             buckets=self.cfg.batch_buckets, batch_divisor=self.batch_divisor,
-                             returns=zeros, values=zeros)
+        packed = build_batch(
+            episodes,
+            zeros,
+            view=self.cfg.rollout.view,
+            pad_id=self.chat.pad_id,
+            buckets=self.cfg.batch_buckets,
+            batch_divisor=self.batch_divisor,
+            returns=zeros,
+            values=zeros,
+        )
         host = self._pad_rows(packed.arrays)
         b = shard_batch({k: host[k] for k in ("tokens", "positions", "segment_ids")}, self.mesh)
         v = np.asarray(self._values(self.state, b["tokens"], b["positions"], b["segment_ids"]))
@@ -285,7 +323,8 @@ class Trainer:
         self.host["episodes"] += len(episodes)
         metrics |= m | episode_metrics(episodes, "rollout") | self.collector.stats.as_metrics()
         metrics |= {
-            "time/collect_s": t1 - t0, "time/update_s": t2 - t1,
+            "time/collect_s": t1 - t0,
+            "time/update_s": t2 - t1,
             "rollout/max_turns": float(self.curriculum.max_turns(step)),
             "curriculum/stage": float(self.curriculum.stage(step)),
             "compile/sampler": float(self.sampler.num_compilations),
@@ -300,14 +339,29 @@ class Trainer:
 
         ws = self.cfg.warm_start
         rl_cfg = self.state.cfg
-        sft_cfg = dataclasses.replace(rl_cfg, lr=ws.lr, policy_loss="reinforce", epochs=ws.epochs,
-                                      minibatches=ws.minibatches, kl_coef=0.0, entropy_coef=0.0)
+        sft_cfg = dataclasses.replace(
+            rl_cfg,
+            lr=ws.lr,
+            policy_loss="reinforce",
+            epochs=ws.epochs,
+            minibatches=ws.minibatches,
+            kl_coef=0.0,
+            entropy_coef=0.0,
+        )
         self.state = self.state.replace(cfg=sft_cfg)
         for s in range(ws.steps):
             specs = [EpisodeSpec(i, i, 10**9 * 3 + s * ws.episodes_per_step + i) for i in range(ws.episodes_per_step)]
-            eps = scripted_episodes(self.cfg.env.env_id, specs, self.chat, view=self.cfg.rollout.view,
-                                    max_turns=self.curriculum.max_turns(0), epsilon=ws.epsilon, seed=s,
-                                    env_kwargs=dict(self.cfg.env.env_kwargs), system_prompt=self.cfg.env.system_prompt)
+            eps = scripted_episodes(
+                self.cfg.env.env_id,
+                specs,
+                self.chat,
+                view=self.cfg.rollout.view,
+                max_turns=self.curriculum.max_turns(0),
+                epsilon=ws.epsilon,
+                seed=s,
+                env_kwargs=dict(self.cfg.env.env_kwargs),
+                system_prompt=self.cfg.env.system_prompt,
+            )
             batch, _ = self.make_batch(eps, sft=True)
             self.state, m = update(self.state, batch)
             log(s, {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")})
@@ -325,13 +379,31 @@ class Trainer:
         primary = jax.process_index() == 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
         ckpt = Checkpointer(
-            CheckpointConfig(str(self.run_dir / "checkpoints"), keep_last=cfg.keep_checkpoints,
-                             best_metric="eval/success_rate" if cfg.eval_every else None),
-            run_config=cfg, ignore_fields=("steps", "resume", "plot", "console", "eval_every", "eval_episodes",
-                                           "checkpoint_every", "keep_checkpoints"),
+            CheckpointConfig(
+                str(self.run_dir / "checkpoints"),
+                keep_last=cfg.keep_checkpoints,
+                best_metric="eval/success_rate" if cfg.eval_every else None,
+            ),
+            run_config=cfg,
+            ignore_fields=(
+                "steps",
+                "resume",
+                "plot",
+                "console",
+                "eval_every",
+                "eval_episodes",
+                "checkpoint_every",
+                "keep_checkpoints",
+            ),
         )
-        logger = MetricsLogger(self.run_dir, console=cfg.console and primary, jsonl=primary, tensorboard=primary,
-                               console_keys=CONSOLE_KEYS, console_every=max(1, cfg.steps // 20))
+        logger = MetricsLogger(
+            self.run_dir,
+            console=cfg.console and primary,
+            jsonl=primary,
+            tensorboard=primary,
+            console_keys=CONSOLE_KEYS,
+            console_every=max(1, cfg.steps // 20),
+        )
         summary: dict[str, Any] = {}
         progress = _Progress(cfg.steps, enabled=cfg.console and primary)
         try:
@@ -373,8 +445,14 @@ class Trainer:
                 keys = ["rollout/success_rate", "rollout/turns", "rollout/return"]
                 if cfg.eval_every:
                     keys += ["eval/success_rate", "eval/turns"]
-                summary["plot"] = str(plot_curves(logger.jsonl_path, self.run_dir / "curves.png", keys,
-                                                  title=f"{cfg.algorithm} on {cfg.env.env_id}"))
+                summary["plot"] = str(
+                    plot_curves(
+                        logger.jsonl_path,
+                        self.run_dir / "curves.png",
+                        keys,
+                        title=f"{cfg.algorithm} on {cfg.env.env_id}",
+                    )
+                )
         finally:
             progress.stop()
             ckpt.close()
@@ -386,9 +464,19 @@ class Trainer:
 
 
 CONSOLE_KEYS = (
-    "warm/loss", "warm/teacher/success_rate", "rollout/success_rate", "rollout/return", "rollout/turns",
-    "eval/success_rate", "eval/turns", "train/loss", "train/entropy", "train/grad_norm", "batch/padding_frac",
-    "time/collect_s", "time/update_s",
+    "warm/loss",
+    "warm/teacher/success_rate",
+    "rollout/success_rate",
+    "rollout/return",
+    "rollout/turns",
+    "eval/success_rate",
+    "eval/turns",
+    "train/loss",
+    "train/entropy",
+    "train/grad_norm",
+    "batch/padding_frac",
+    "time/collect_s",
+    "time/update_s",
 )
 
 
@@ -403,15 +491,23 @@ class _Progress:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self._bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                             TextColumn("{task.fields[info]}"), transient=False)
+        self._bar = Progress(
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+            transient=False,
+        )
         self._task = self._bar.add_task("train", total=self.total, completed=done, info="")
         self._bar.start()
 
     def advance(self, metrics: dict[str, float]) -> None:
         if self._bar is not None:
-            info = f"return {metrics.get('rollout/return', float('nan')):.3f}  " \
-                   f"success {metrics.get('rollout/success_rate', float('nan')):.2f}"
+            info = (
+                f"return {metrics.get('rollout/return', float('nan')):.3f}  "
+                f"success {metrics.get('rollout/success_rate', float('nan')):.2f}"
+            )
             self._bar.update(self._task, advance=1, info=info)
 
     def note(self, text: str) -> None:

@@ -70,7 +70,9 @@ def test_bad_configs_fail_fast_with_a_clear_message(tmp_path, overrides, message
 
 def test_faulting_env_does_not_stop_training_and_is_counted(tmp_path):
     register("test:flaky-guess", FlakyGuessEnv, overwrite=True)
-    cfg = small_config(str(tmp_path), steps=2, episodes_per_step=8, env={"env_id": "test:flaky-guess", "backend": "thread"})
+    cfg = small_config(
+        str(tmp_path), steps=2, episodes_per_step=8, env={"env_id": "test:flaky-guess", "backend": "thread"}
+    )
     assert isinstance(cfg.env, EnvConfig)
     train(cfg)
     rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
@@ -80,18 +82,30 @@ def test_faulting_env_does_not_stop_training_and_is_counted(tmp_path):
 
 
 def _run(args: dict, env: dict | None = None, **popen) -> subprocess.Popen:
-    e = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-         "PYTHONPATH": str(ROOT), **(env or {})}
+    e = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
     e.pop("JAX_NUM_CPU_DEVICES", None)
-    return subprocess.Popen([sys.executable, "-m", "tests.train_utils", json.dumps(args)], cwd=ROOT, env=e,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.train_utils", json.dumps(args)],
+        cwd=ROOT,
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **popen,
+    )
 
 
 def _summary(p: subprocess.Popen, timeout: float = 600) -> dict:
     out, _ = p.communicate(timeout=timeout)
     assert p.returncode == 0, out[-3000:]
     line = [ln for ln in out.splitlines() if ln.startswith("SUMMARY ")][-1]
-    return json.loads(line[len("SUMMARY "):])
+    return json.loads(line[len("SUMMARY ") :])
 
 
 @pytest.mark.slow
@@ -135,9 +149,15 @@ def _free_port() -> int:
 def test_two_process_distributed_training_smoke(tmp_path):
     port = _free_port()
     procs = [
-        _run({"run_dir": str(tmp_path / "run"), "steps": 2},
-             env={"JGEM_COORDINATOR": f"127.0.0.1:{port}", "JGEM_NUM_PROCESSES": "2", "JGEM_PROCESS_ID": str(i),
-                  "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+        _run(
+            {"run_dir": str(tmp_path / "run"), "steps": 2},
+            env={
+                "JGEM_COORDINATOR": f"127.0.0.1:{port}",
+                "JGEM_NUM_PROCESSES": "2",
+                "JGEM_PROCESS_ID": str(i),
+                "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+            },
+        )
         for i in range(2)
     ]
     try:

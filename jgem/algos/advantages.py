@@ -125,8 +125,9 @@ def rloo(rewards, turn_mask, *, group_ids=None, gamma: float = 1.0, **_) -> Adva
 
 
 @register_advantage("reinforce_pp")
-def reinforce_pp(rewards, turn_mask, *, kl=None, kl_coef: float = 0.0, gamma: float = 1.0, eps: float = 1e-6,
-                 **_) -> Advantages:
+def reinforce_pp(
+    rewards, turn_mask, *, kl=None, kl_coef: float = 0.0, gamma: float = 1.0, eps: float = 1e-6, **_
+) -> Advantages:
     """REINFORCE++: rewards shaped by a KL penalty, discounted, then globally normalised.
 
     kl f32[E, K] is each turn's summed token KL log pi_old - log pi_ref (None: no penalty);
@@ -139,8 +140,18 @@ def reinforce_pp(rewards, turn_mask, *, kl=None, kl_coef: float = 0.0, gamma: fl
 
 
 @register_advantage("gae")
-def gae_advantages(rewards, turn_mask, *, values=None, gamma: float = 1.0, lam: float = 0.95,
-                   bootstrap_values=None, normalize: bool = False, eps: float = 1e-6, **_) -> Advantages:
+def gae_advantages(
+    rewards,
+    turn_mask,
+    *,
+    values=None,
+    gamma: float = 1.0,
+    lam: float = 0.95,
+    bootstrap_values=None,
+    normalize: bool = False,
+    eps: float = 1e-6,
+    **_,
+) -> Advantages:
     """Turn-level GAE with critic values[E, K] (value at the last prompt token of each turn); returns = A + V."""
     _require("gae", values=values)
     adv, ret = gae(rewards, values, turn_mask, gamma, lam, bootstrap_values)

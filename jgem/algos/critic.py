@@ -27,14 +27,17 @@ def make_critic(cfg: ModelConfig, *, policy: nnx.Module | None = None, seed: int
             var.set_value(jnp.array(src[path].get_value(), copy=True))
             copied += 1
     if copied == 0:
-        raise ValueError("make_critic(policy=...): no parameter of the policy matches the critic's; "
-                         "pass a policy built from the same ModelConfig")
+        raise ValueError(
+            "make_critic(policy=...): no parameter of the policy matches the critic's; "
+            "pass a policy built from the same ModelConfig"
+        )
     nnx.update(critic, dst)
     return critic
 
 
-def critic_values(critic: Transformer, tokens: jax.Array, positions: jax.Array,
-                  segment_ids: jax.Array | None = None) -> jax.Array:
+def critic_values(
+    critic: Transformer, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array | None = None
+) -> jax.Array:
     """values f32[B, T]: the critic's estimate at every position (the trainer reads the last prompt token of a turn)."""
     h, _ = critic.hidden(tokens, positions, segment_ids=segment_ids)
     return critic.value(h)

@@ -65,10 +65,14 @@ class LearnerConfig:
         checks = [
             (self.policy_loss in POLICY_LOSSES, f"policy_loss {self.policy_loss!r}; choose one of {POLICY_LOSSES}"),
             (self.schedule in SCHEDULES, f"schedule {self.schedule!r}; choose one of {SCHEDULES}"),
-            (self.aggregation in losses.AGGREGATIONS,
-             f"aggregation {self.aggregation!r}; choose one of {losses.AGGREGATIONS}"),
-            (self.kl_estimator in losses.KL_ESTIMATORS,
-             f"kl_estimator {self.kl_estimator!r}; choose one of {losses.KL_ESTIMATORS}"),
+            (
+                self.aggregation in losses.AGGREGATIONS,
+                f"aggregation {self.aggregation!r}; choose one of {losses.AGGREGATIONS}",
+            ),
+            (
+                self.kl_estimator in losses.KL_ESTIMATORS,
+                f"kl_estimator {self.kl_estimator!r}; choose one of {losses.KL_ESTIMATORS}",
+            ),
             (self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1"),
             (self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size must be >= 1 or None"),
         ]
@@ -101,8 +105,9 @@ class TrainState(struct.PyTreeNode):
 
 def make_schedule(cfg: LearnerConfig, lr: float) -> optax.Schedule:
     if cfg.schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(0.0, lr, cfg.warmup_steps, cfg.warmup_steps + cfg.decay_steps,
-                                                  end_value=lr * cfg.min_lr_ratio)
+        return optax.warmup_cosine_decay_schedule(
+            0.0, lr, cfg.warmup_steps, cfg.warmup_steps + cfg.decay_steps, end_value=lr * cfg.min_lr_ratio
+        )
     if cfg.schedule == "linear":
         decay = optax.linear_schedule(lr, lr * cfg.min_lr_ratio, cfg.decay_steps)
     else:
@@ -115,8 +120,14 @@ def make_schedule(cfg: LearnerConfig, lr: float) -> optax.Schedule:
 def make_optimizer(cfg: LearnerConfig, *, critic: bool = False) -> optax.GradientTransformation:
     """AdamW (decay on >= 2-d params only) behind global-norm clipping."""
     lr, max_norm = (cfg.critic_lr, cfg.critic_max_grad_norm) if critic else (cfg.lr, cfg.max_grad_norm)
-    adamw = optax.adamw(make_schedule(cfg, lr), b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps,
-                        weight_decay=cfg.weight_decay, mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
+    adamw = optax.adamw(
+        make_schedule(cfg, lr),
+        b1=cfg.b1,
+        b2=cfg.b2,
+        eps=cfg.adam_eps,
+        weight_decay=cfg.weight_decay,
+        mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p),
+    )
     return adamw if max_norm is None else optax.chain(optax.clip_by_global_norm(max_norm), adamw)
 
 
@@ -144,10 +155,21 @@ def init_train_state(
     step = jnp.zeros((), jnp.int32)
     if mesh is not None:  # replicated, as update returns them: the second call must not recompile
         rng, step = jax.device_put((rng, step), NamedSharding(mesh, jax.sharding.PartitionSpec()))
-    return TrainState(step=step, params=params, opt_state=opt_state, rng=rng,
-                      model_state=model_state, critic_params=critic_params, critic_opt_state=critic_opt,
-                      critic_state=critic_state, graphdef=graphdef, critic_graphdef=critic_graphdef, cfg=cfg,
-                      mesh=mesh, rules=rules)
+    return TrainState(
+        step=step,
+        params=params,
+        opt_state=opt_state,
+        rng=rng,
+        model_state=model_state,
+        critic_params=critic_params,
+        critic_opt_state=critic_opt,
+        critic_state=critic_state,
+        graphdef=graphdef,
+        critic_graphdef=critic_graphdef,
+        cfg=cfg,
+        mesh=mesh,
+        rules=rules,
+    )
 
 
 # ----------------------------------------------------------------------------- forward passes
@@ -156,19 +178,34 @@ def init_train_state(
 def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerConfig):
     """Micro-batch policy loss: (loss sum, (denominator, metric sums)). Differentiable in params."""
     model = nnx.merge(graphdef, params, model_state)
-    logp, entropy = token_logprobs(model, batch.tokens, batch.positions, batch.segment_ids,
-                                   chunk_size=cfg.logprob_chunk_size, temperature=cfg.temperature)
+    logp, entropy = token_logprobs(
+        model,
+        batch.tokens,
+        batch.positions,
+        batch.segment_ids,
+        chunk_size=cfg.logprob_chunk_size,
+        temperature=cfg.temperature,
+    )
     mask = batch.loss_mask
     if cfg.policy_loss == "ppo":
-        per_token, clipped = losses.ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, clip_low=cfg.clip_low,
-                                                  clip_high=cfg.clip_high, dual_clip=cfg.dual_clip)
+        per_token, clipped = losses.ppo_clip_loss(
+            logp,
+            batch.old_logprobs,
+            batch.advantages,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            dual_clip=cfg.dual_clip,
+        )
     else:
         per_token, clipped = losses.reinforce_loss(logp, batch.advantages), jnp.zeros_like(mask)
     if cfg.kl_coef and batch.ref_logprobs is None:
         raise ValueError("kl_coef > 0 needs TrainBatch.ref_logprobs (reference-policy logprobs); pass them")
     # reported whenever reference logprobs are given, even without a penalty
-    kl = jnp.zeros_like(logp) if batch.ref_logprobs is None else losses.kl_penalty(logp, batch.ref_logprobs,
-                                                                                    cfg.kl_estimator)
+    kl = (
+        jnp.zeros_like(logp)
+        if batch.ref_logprobs is None
+        else losses.kl_penalty(logp, batch.ref_logprobs, cfg.kl_estimator)
+    )
     # terms with a zero coefficient stay out of the graph: 0 * x still costs x's backward pass
     total = per_token
     if cfg.kl_coef:
@@ -179,9 +216,13 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
     m = mask.astype(jnp.float32)
     sg = jax.lax.stop_gradient
     metric_sums = {
-        "pg_loss": sg(per_token * m).sum(), "entropy": sg(entropy * m).sum(), "kl": sg(kl * m).sum(),
-        "clip_frac": (clipped * m).sum(), "ratio": sg(jnp.exp(logp - batch.old_logprobs) * m).sum(),
-        "tokens": m.sum(), "loss": sg(loss_sum),
+        "pg_loss": sg(per_token * m).sum(),
+        "entropy": sg(entropy * m).sum(),
+        "kl": sg(kl * m).sum(),
+        "clip_frac": (clipped * m).sum(),
+        "ratio": sg(jnp.exp(logp - batch.old_logprobs) * m).sum(),
+        "tokens": m.sum(),
+        "loss": sg(loss_sum),
     }
     return loss_sum, (denom, metric_sums)
 
@@ -207,8 +248,10 @@ def _micro_layout(batch: TrainBatch, cfg: LearnerConfig, mesh: Mesh | None) -> t
     mb = B // M
     r = cfg.micro_batch_size or mb
     if mb % r:
-        raise ValueError(f"minibatch of {mb} rows (batch {B} / minibatches {M}) is not divisible by "
-                         f"micro_batch_size {r}; use a micro_batch_size dividing {mb}")
+        raise ValueError(
+            f"minibatch of {mb} rows (batch {B} / minibatches {M}) is not divisible by "
+            f"micro_batch_size {r}; use a micro_batch_size dividing {mb}"
+        )
     if mesh is not None:
         check_batch_size(r, mesh, what="micro_batch_size (rows per micro-batch)")
     return M, mb // r, r
@@ -319,9 +362,14 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
     # a skipped step's metrics are inf/nan: average the applied steps (nan if none), count the skipped
     applied = metrics["skipped"] == 0
     n_applied = applied.sum()
-    metrics = {k: (v.sum() if k == "skipped" else
-                   jnp.where(n_applied > 0, jnp.where(applied, v, 0.0).sum() / jnp.maximum(n_applied, 1), jnp.nan))
-               for k, v in metrics.items()}
+    metrics = {
+        k: (
+            v.sum()
+            if k == "skipped"
+            else jnp.where(n_applied > 0, jnp.where(applied, v, 0.0).sum() / jnp.maximum(n_applied, 1), jnp.nan)
+        )
+        for k, v in metrics.items()
+    }
     m = batch.loss_mask
     adv = batch.advantages
     cnt = jnp.maximum(m.sum(), 1)
@@ -339,6 +387,5 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
 
 def _opt_count(opt_state) -> jax.Array:
     """The optimizer's step count (what the schedule sees)."""
-    counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "count"))
-              if hasattr(s, "count")]
+    counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "count")) if hasattr(s, "count")]
     return counts[-1] if counts else jnp.zeros((), jnp.int32)

@@ -56,7 +56,8 @@ def gae(
     m_next = jnp.concatenate([m[:, 1:], jnp.zeros((E, 1), jnp.float32)], axis=1)
     v_next = m_next * v_next_raw + (1.0 - m_next) * boot[:, None]
     delta = (r + gamma * v_next - v) * m
-    adv = _reverse_scan(lambda carry, x: x[0] + gamma * lam * carry * x[1],
-                        jnp.zeros((E,), jnp.float32), (delta, m_next))
+    adv = _reverse_scan(
+        lambda carry, x: x[0] + gamma * lam * carry * x[1], jnp.zeros((E,), jnp.float32), (delta, m_next)
+    )
     adv = adv * m
     return adv, (adv + v) * m

@@ -41,12 +41,20 @@ class TrainBatch:
         """Host-side shape check; raises ValueError naming the offending field."""
         if self.tokens.ndim != 2:
             raise ValueError(f"tokens must be [B, T], got shape {self.tokens.shape}")
-        for name in ("positions", "segment_ids", "loss_mask", "advantages", "old_logprobs",
-                     "ref_logprobs", "returns", "values", "value_mask"):
+        for name in (
+            "positions",
+            "segment_ids",
+            "loss_mask",
+            "advantages",
+            "old_logprobs",
+            "ref_logprobs",
+            "returns",
+            "values",
+            "value_mask",
+        ):
             x = getattr(self, name)
             if x is not None and tuple(x.shape) != tuple(self.tokens.shape):
                 raise ValueError(f"TrainBatch.{name} has shape {x.shape}, expected {self.tokens.shape} like tokens")
         needs_critic = [n for n in ("returns", "values", "value_mask") if getattr(self, n) is not None]
         if needs_critic and len(needs_critic) != 3:
             raise ValueError(f"TrainBatch critic fields must be given together; got only {needs_critic}")
-

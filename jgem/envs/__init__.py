@@ -1,5 +1,7 @@
 """Built-in environment suites. Importing this registers their ids (cheap: no suite is imported)."""
 
-from jgem.envs import games  # noqa: F401  game:*
-from jgem.envs import suites  # noqa: F401  math:*, code:*, qa:*, rg:*
-from jgem.envs import agentgym  # noqa: F401  agentgym:*
+from jgem.envs import (
+    agentgym,  # noqa: F401  agentgym:*
+    games,  # noqa: F401  game:*
+    suites,  # noqa: F401  math:*, code:*, qa:*, rg:*
+)

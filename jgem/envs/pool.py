@@ -357,12 +357,19 @@ class EnvPool:
                 raise ValueError("the remote backend needs an env id string, not a callable")
             if not remote_urls:
                 raise ValueError("backend='remote' needs remote_urls=[...] (one or more env server base URLs)")
-            # Round-robin over servers; a rebuilt env reconnects to its own server, or to another when it is gone. HTTP requests time out
-            # with the step, so a thread abandoned on a hung server does not linger.
+            # Round-robin over servers; a rebuilt env reconnects to its own server, or to another when it is
+            # gone. HTTP requests time out with the step, so a thread abandoned on a hung server does not linger.
             urls, http_timeout = list(remote_urls), step_timeout or 30.0
             factories = [
-                EnvFactory(env, env_kwargs, wrappers, urls[i % len(urls)], remote_token, http_timeout,
-                           tuple(u for u in urls if u != urls[i % len(urls)]))
+                EnvFactory(
+                    env,
+                    env_kwargs,
+                    wrappers,
+                    urls[i % len(urls)],
+                    remote_token,
+                    http_timeout,
+                    tuple(u for u in urls if u != urls[i % len(urls)]),
+                )
                 for i in range(num_envs)
             ]
             self._backend = _ThreadBackend(factories, num_workers or num_envs, step_timeout)

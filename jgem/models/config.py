@@ -213,37 +213,107 @@ def _qwen2(**kw: Any) -> ModelConfig:
 
 PRESETS: dict[str, ModelConfig] = {
     # Published shapes (the HF config.json of each model).
-    "qwen3-0.6b": _qwen3(hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16, num_kv_heads=8,
-                         tie_word_embeddings=True),
-    "qwen3-1.7b": _qwen3(hidden_size=2048, intermediate_size=6144, num_layers=28, num_heads=16, num_kv_heads=8,
-                         tie_word_embeddings=True),
-    "qwen3-4b": _qwen3(hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32, num_kv_heads=8,
-                       tie_word_embeddings=True),
+    "qwen3-0.6b": _qwen3(
+        hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16, num_kv_heads=8, tie_word_embeddings=True
+    ),
+    "qwen3-1.7b": _qwen3(
+        hidden_size=2048, intermediate_size=6144, num_layers=28, num_heads=16, num_kv_heads=8, tie_word_embeddings=True
+    ),
+    "qwen3-4b": _qwen3(
+        hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32, num_kv_heads=8, tie_word_embeddings=True
+    ),
     "qwen3-8b": _qwen3(hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32, num_kv_heads=8),
-    "qwen2.5-0.5b": _qwen2(hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14, num_kv_heads=2,
-                           head_dim=64, tie_word_embeddings=True),
-    "qwen2.5-1.5b": _qwen2(hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12, num_kv_heads=2,
-                           head_dim=128, tie_word_embeddings=True),
-    "qwen2.5-3b": _qwen2(hidden_size=2048, intermediate_size=11008, num_layers=36, num_heads=16, num_kv_heads=2,
-                         head_dim=128, tie_word_embeddings=True),
-    "qwen2.5-7b": _qwen2(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28, num_heads=28,
-                         num_kv_heads=4, head_dim=128),
-    "llama3.2-1b": ModelConfig(hidden_size=2048, intermediate_size=8192, num_layers=16, num_heads=32, num_kv_heads=8,
-                               head_dim=64, **_LLAMA32),
-    "llama3.2-3b": ModelConfig(hidden_size=3072, intermediate_size=8192, num_layers=28, num_heads=24, num_kv_heads=8,
-                               head_dim=128, **_LLAMA32),
+    "qwen2.5-0.5b": _qwen2(
+        hidden_size=896,
+        intermediate_size=4864,
+        num_layers=24,
+        num_heads=14,
+        num_kv_heads=2,
+        head_dim=64,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-1.5b": _qwen2(
+        hidden_size=1536,
+        intermediate_size=8960,
+        num_layers=28,
+        num_heads=12,
+        num_kv_heads=2,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-3b": _qwen2(
+        hidden_size=2048,
+        intermediate_size=11008,
+        num_layers=36,
+        num_heads=16,
+        num_kv_heads=2,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-7b": _qwen2(
+        vocab_size=152064,
+        hidden_size=3584,
+        intermediate_size=18944,
+        num_layers=28,
+        num_heads=28,
+        num_kv_heads=4,
+        head_dim=128,
+    ),
+    "llama3.2-1b": ModelConfig(
+        hidden_size=2048, intermediate_size=8192, num_layers=16, num_heads=32, num_kv_heads=8, head_dim=64, **_LLAMA32
+    ),
+    "llama3.2-3b": ModelConfig(
+        hidden_size=3072, intermediate_size=8192, num_layers=28, num_heads=24, num_kv_heads=8, head_dim=128, **_LLAMA32
+    ),
     # The demo / test model (~0.9M params); vocab matches the repo's tiny tokenizer budget.
-    "tiny": _qwen3(vocab_size=1024, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
-                   num_kv_heads=2, head_dim=32, tie_word_embeddings=True, max_position_embeddings=4096),
-    "tiny-qwen2": _qwen2(vocab_size=1024, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
-                         num_kv_heads=2, head_dim=32, tie_word_embeddings=True, max_position_embeddings=4096),
-    "tiny-llama": ModelConfig(**{**_LLAMA32, "vocab_size": 1024, "max_position_embeddings": 4096,
-                                 "rope_scaling": RopeScaling(8.0, 1.0, 4.0, 256)},
-                              hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4, num_kv_heads=2,
-                              head_dim=32),
+    "tiny": _qwen3(
+        vocab_size=1024,
+        hidden_size=128,
+        intermediate_size=384,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+    ),
+    "tiny-qwen2": _qwen2(
+        vocab_size=1024,
+        hidden_size=128,
+        intermediate_size=384,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        tie_word_embeddings=True,
+        max_position_embeddings=4096,
+    ),
+    "tiny-llama": ModelConfig(
+        **{
+            **_LLAMA32,
+            "vocab_size": 1024,
+            "max_position_embeddings": 4096,
+            "rope_scaling": RopeScaling(8.0, 1.0, 4.0, 256),
+        },
+        hidden_size=128,
+        intermediate_size=384,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+    ),
     # ~100M params, for benchmarks.
-    "100m": _qwen3(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_layers=12, num_heads=12,
-                   num_kv_heads=4, head_dim=64, tie_word_embeddings=True, max_position_embeddings=8192),
+    "100m": _qwen3(
+        vocab_size=32000,
+        hidden_size=768,
+        intermediate_size=2048,
+        num_layers=12,
+        num_heads=12,
+        num_kv_heads=4,
+        head_dim=64,
+        tie_word_embeddings=True,
+        max_position_embeddings=8192,
+    ),
 }
 
 

@@ -54,8 +54,16 @@ DEFAULT_RULES: dict[str, tuple[str, ...]] = {
 }
 
 _ST_DTYPES = {
-    "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64,
-    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": ml_dtypes.bfloat16,
+    "F64": np.float64,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
 }
 _ST_NAMES = {np.dtype(v): k for k, v in _ST_DTYPES.items()}
 
@@ -86,8 +94,11 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
     offset = 0
     for key, arr in tensors.items():
         nbytes = arr.nbytes
-        header[key] = {"dtype": _ST_NAMES[arr.dtype], "shape": list(arr.shape),
-                       "data_offsets": [offset, offset + nbytes]}
+        header[key] = {
+            "dtype": _ST_NAMES[arr.dtype],
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
@@ -161,8 +172,12 @@ def _path_str(path: tuple) -> str:
 # ---------------------------------------------------------------------- sharding
 
 
-def logical_sharding(names: Sequence[str | None] | None, shape: tuple[int, ...], mesh: Mesh,
-                     rules: dict[str, tuple[str, ...]] | None = None) -> NamedSharding:
+def logical_sharding(
+    names: Sequence[str | None] | None,
+    shape: tuple[int, ...],
+    mesh: Mesh,
+    rules: dict[str, tuple[str, ...]] | None = None,
+) -> NamedSharding:
     """NamedSharding for a parameter with logical axis `names`; a mesh axis is used once and only if it divides."""
     rules = DEFAULT_RULES if rules is None else rules
     used: set[str] = set()
@@ -181,11 +196,16 @@ def logical_sharding(names: Sequence[str | None] | None, shape: tuple[int, ...],
 # ---------------------------------------------------------------------- load / save
 
 
-def load_pretrained(path: str | os.PathLike, *, mesh: Mesh | None = None, dtype: str | None = None,
-                    param_dtype: str | None = None, value_head: bool = False,
-                    rules: dict[str, tuple[str, ...]] | None = None,
-                    sharding_fn: Callable[[tuple[str | None, ...], tuple[int, ...]], Any] | None = None,
-                    ) -> tuple[Transformer, ModelConfig]:
+def load_pretrained(
+    path: str | os.PathLike,
+    *,
+    mesh: Mesh | None = None,
+    dtype: str | None = None,
+    param_dtype: str | None = None,
+    value_head: bool = False,
+    rules: dict[str, tuple[str, ...]] | None = None,
+    sharding_fn: Callable[[tuple[str | None, ...], tuple[int, ...]], Any] | None = None,
+) -> tuple[Transformer, ModelConfig]:
     """Loads a local HF checkpoint directory (config.json + *.safetensors, single or sharded with an index).
 
     dtype / param_dtype override the compute / parameter dtypes (default float32). With `mesh`, each tensor
@@ -278,8 +298,14 @@ def _jgem_to_hf_key(name: str) -> tuple[str, str]:
     raise ValueError(f"no HF name for jgem param {name!r}; add it to JGEM_TO_HF and HF_TO_JGEM")
 
 
-def save_pretrained(model: Transformer, cfg: ModelConfig, path: str | os.PathLike, *,
-                    max_shard_bytes: int | None = None, dtype: str | None = None) -> list[str]:
+def save_pretrained(
+    model: Transformer,
+    cfg: ModelConfig,
+    path: str | os.PathLike,
+    *,
+    max_shard_bytes: int | None = None,
+    dtype: str | None = None,
+) -> list[str]:
     """Writes config.json + safetensors that transformers loads; shards into several files plus
     model.safetensors.index.json when the weights exceed `max_shard_bytes`. Returns the files written.
 

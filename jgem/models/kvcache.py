@@ -29,7 +29,6 @@ class KVCache:
         return self.segment_ids.shape[1]
 
 
-
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
     """An empty cache for `batch` rows of `max_len` slots (dtype defaults to the compute dtype)."""
     dtype = jnp.dtype(dtype or cfg.dtype)

@@ -19,8 +19,15 @@ Array = jax.Array
 _NEG = -0.7 * float(np.finfo(np.float32).max)  # masked score; finite so fully masked rows stay NaN-free
 
 
-def param(rngs: nnx.Rngs | None, shape: tuple[int, ...], names: tuple[str | None, ...], dtype, *, std: float = 0.02,
-          value: float | None = None) -> nnx.Param:
+def param(
+    rngs: nnx.Rngs | None,
+    shape: tuple[int, ...],
+    names: tuple[str | None, ...],
+    dtype,
+    *,
+    std: float = 0.02,
+    value: float | None = None,
+) -> nnx.Param:
     """A parameter with logical axis names (`out_sharding`), which sharding/rules.py maps to mesh axes."""
     if value is not None:
         x = jnp.full(shape, value, dtype)
@@ -94,8 +101,9 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), cfg)
             self.k_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), cfg)
 
-    def __call__(self, x: Array, cos: Array, sin: Array, mask: Array, kv: tuple[Array, Array] | None,
-                 end: Array | None) -> tuple[Array, tuple[Array, Array] | None]:
+    def __call__(
+        self, x: Array, cos: Array, sin: Array, mask: Array, kv: tuple[Array, Array] | None, end: Array | None
+    ) -> tuple[Array, tuple[Array, Array] | None]:
         """x[B,T,D], mask[B,T,S] -> out[B,T,D]; with a cache kv = (keyT[B,K,H,S], value[B,K,S,H]), the new keys and
         values go to slots [end, end+T)."""
         dt = x.dtype

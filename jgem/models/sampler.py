@@ -31,8 +31,15 @@ DEFAULT_PROMPT_BUCKETS = tuple(2**i for i in range(6, 16))  # 64 .. 32768
 # ---------------------------------------------------------------------- teacher-forced log-probs
 
 
-def token_logprobs(model: Transformer, tokens: Array, positions: Array, segment_ids: Array | None = None, *,
-                   chunk_size: int = 1024, temperature: float = 1.0) -> tuple[Array, Array]:
+def token_logprobs(
+    model: Transformer,
+    tokens: Array,
+    positions: Array,
+    segment_ids: Array | None = None,
+    *,
+    chunk_size: int = 1024,
+    temperature: float = 1.0,
+) -> tuple[Array, Array]:
     """logprobs, entropy f32[B,T]: logprobs[:, t] = log p(tokens[:, t] | tokens[:, <t]); entropy[:, t] is the
     entropy of that predictive distribution. Both are 0 at t=0, at segment starts and on padding (segment 0).
 
@@ -93,8 +100,9 @@ class _Loop:
     rng: Array
 
 
-def sample_logits(logits: Array, rng: Array, temperature: Array, top_p: Array, top_k: Array,
-                  greedy: Array) -> tuple[Array, Array]:
+def sample_logits(
+    logits: Array, rng: Array, temperature: Array, top_p: Array, top_k: Array, greedy: Array
+) -> tuple[Array, Array]:
     """logits f32[B,V] -> (token int32[B], behaviour logprob f32[B]). Scalars are traced (no recompiles)."""
     scaled = logits / jnp.maximum(temperature, 1e-6)
     logp = jax.nn.log_softmax(scaled, axis=-1)
@@ -130,8 +138,12 @@ def _stopped(tok: Array, recent: Array, eos: Array, stop: Array) -> tuple[Array,
 def _grow(cache: KVCache, extra: int) -> KVCache:
     """Appends `extra` empty slots (segment 0) to every row of the cache."""
     pad = lambda x, axis: jnp.pad(x, [(0, extra if i == axis else 0) for i in range(x.ndim)])
-    return KVCache(k=tuple(pad(x, 3) for x in cache.k), v=tuple(pad(x, 2) for x in cache.v),
-                   segment_ids=pad(cache.segment_ids, 1), end=cache.end)
+    return KVCache(
+        k=tuple(pad(x, 3) for x in cache.k),
+        v=tuple(pad(x, 2) for x in cache.v),
+        segment_ids=pad(cache.segment_ids, 1),
+        end=cache.end,
+    )
 
 
 def _pow2(n: int) -> int:
@@ -145,10 +157,18 @@ class Sampler:
     params are used as placed by the caller.
     """
 
-    def __init__(self, cfg: ModelConfig, *, eos_ids: Sequence[int], pad_id: int = 0,
-                 max_prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
-                 batch_buckets: Sequence[int] | None = None, mesh: Mesh | None = None,
-                 batch_axes: Sequence[str] = ("data", "fsdp"), cache_dtype: str | None = None):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        *,
+        eos_ids: Sequence[int],
+        pad_id: int = 0,
+        max_prompt_buckets: Sequence[int] = DEFAULT_PROMPT_BUCKETS,
+        batch_buckets: Sequence[int] | None = None,
+        mesh: Mesh | None = None,
+        batch_axes: Sequence[str] = ("data", "fsdp"),
+        cache_dtype: str | None = None,
+    ):
         self.cfg = cfg
         self.eos_ids = np.asarray(sorted(set(int(e) for e in eos_ids)) or [-1], np.int32)
         self.pad_id = int(pad_id)
@@ -169,8 +189,10 @@ class Sampler:
         for b in self.prompt_buckets:
             if b >= n:
                 return b
-        raise ValueError(f"prompt of {n} tokens exceeds the largest prompt bucket {self.prompt_buckets[-1]}; "
-                         "add a larger bucket to max_prompt_buckets or truncate the prompt")
+        raise ValueError(
+            f"prompt of {n} tokens exceeds the largest prompt bucket {self.prompt_buckets[-1]}; "
+            "add a larger bucket to max_prompt_buckets or truncate the prompt"
+        )
 
     def _bucket_batch(self, n: int) -> int:
         if self.batch_buckets is None:
@@ -188,9 +210,19 @@ class Sampler:
         spec = PartitionSpec(self.batch_axes or None, *([None] * (x.ndim - 1)))
         return jax.device_put(x, NamedSharding(self.mesh, spec))
 
-    def generate(self, model: Transformer | tuple[Any, Any], prompts: Sequence[Sequence[int]], rng: Array, *,
-                 max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
-                 greedy: bool = False, stop_sequences: Sequence[Sequence[int]] = ()) -> SampleOutput:
+    def generate(
+        self,
+        model: Transformer | tuple[Any, Any],
+        prompts: Sequence[Sequence[int]],
+        rng: Array,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        greedy: bool = False,
+        stop_sequences: Sequence[Sequence[int]] = (),
+    ) -> SampleOutput:
         """Samples up to max_new_tokens per prompt. Returns device arrays without blocking."""
         if not prompts:
             raise ValueError("generate() needs at least one prompt")
@@ -205,9 +237,9 @@ class Sampler:
         segs = np.zeros((bsz, plen), np.int32)
         for i, p in enumerate(prompts):
             n = len(p)
-            tokens[i, plen - n:] = p
-            positions[i, plen - n:] = np.arange(n)
-            segs[i, plen - n:] = 1
+            tokens[i, plen - n :] = p
+            positions[i, plen - n :] = np.arange(n)
+            segs[i, plen - n :] = 1
         active = np.arange(bsz) < len(prompts)
         # Stop sequences are padded to power-of-two buckets (rows of -3 never match) to avoid recompiles.
         width = _pow2(max([len(s) for s in stop_sequences] + [8]))
@@ -216,22 +248,48 @@ class Sampler:
             if len(s) == 0:
                 raise ValueError(f"stop sequence {i} is empty")
             stop[i, : width - len(s)] = -1
-            stop[i, width - len(s):] = s
+            stop[i, width - len(s) :] = s
         if isinstance(model, nnx.Module):
             graphdef, state = nnx.split(model)
         else:
             graphdef, state = model
         out = self._jit(
-            graphdef, int(max_new_tokens), state, self._shard(tokens), self._shard(positions), self._shard(segs),
-            self._shard(active), rng, jnp.float32(temperature), jnp.float32(top_p), jnp.int32(top_k),
-            jnp.bool_(greedy), jnp.asarray(self.eos_ids), jnp.asarray(stop),
+            graphdef,
+            int(max_new_tokens),
+            state,
+            self._shard(tokens),
+            self._shard(positions),
+            self._shard(segs),
+            self._shard(active),
+            rng,
+            jnp.float32(temperature),
+            jnp.float32(top_p),
+            jnp.int32(top_k),
+            jnp.bool_(greedy),
+            jnp.asarray(self.eos_ids),
+            jnp.asarray(stop),
         )
         if bsz == len(prompts):
             return out
         return jax.tree.map(lambda x: x[: len(prompts)], out)
 
-    def _generate(self, graphdef, max_new: int, state, tokens, positions, segs, active, rng, temperature, top_p,
-                  top_k, greedy, eos, stop) -> SampleOutput:
+    def _generate(
+        self,
+        graphdef,
+        max_new: int,
+        state,
+        tokens,
+        positions,
+        segs,
+        active,
+        rng,
+        temperature,
+        top_p,
+        top_k,
+        greedy,
+        eos,
+        stop,
+    ) -> SampleOutput:
         self._traces += 1  # runs once per trace, i.e. per compilation
         model = nnx.merge(graphdef, state)
         bsz, plen = tokens.shape
@@ -261,8 +319,9 @@ class Sampler:
             return (s.step < max_new) & ~jnp.all(s.done)
 
         def body(s: _Loop) -> _Loop:
-            h, cache = model.hidden(s.last[:, None], s.pos[:, None], segment_ids=jnp.ones((bsz, 1), jnp.int32),
-                                    cache=s.cache)
+            h, cache = model.hidden(
+                s.last[:, None], s.pos[:, None], segment_ids=jnp.ones((bsz, 1), jnp.int32), cache=s.cache
+            )
             rng, sub = jax.random.split(s.rng)
             tok, lp = sample_logits(model.logits(h)[:, 0], sub, temperature, top_p, top_k, greedy)
             tok = jnp.where(s.done, self.pad_id, tok)
@@ -294,5 +353,9 @@ class Sampler:
         kv = NamedSharding(self.mesh, PartitionSpec(batch, heads, None, None))  # k [B,K,H,S], v [B,K,S,H]
         seg = NamedSharding(self.mesh, PartitionSpec(batch, None))
         c = partial(jax.lax.with_sharding_constraint)
-        return KVCache(k=tuple(c(x, kv) for x in cache.k), v=tuple(c(x, kv) for x in cache.v),
-                       segment_ids=c(cache.segment_ids, seg), end=cache.end)
+        return KVCache(
+            k=tuple(c(x, kv) for x in cache.k),
+            v=tuple(c(x, kv) for x in cache.v),
+            segment_ids=c(cache.segment_ids, seg),
+            end=cache.end,
+        )

@@ -41,8 +41,9 @@ class Transformer(nnx.Module):
             self.value_w = param(rngs, (cfg.hidden_size,), ("embed",), "float32", std=cfg.hidden_size**-0.5)
             self.value_b = param(None, (), (), "float32", value=0.0)
 
-    def hidden(self, tokens: Array, positions: Array, *, segment_ids: Array | None = None,
-               cache: KVCache | None = None) -> tuple[Array, KVCache | None]:
+    def hidden(
+        self, tokens: Array, positions: Array, *, segment_ids: Array | None = None, cache: KVCache | None = None
+    ) -> tuple[Array, KVCache | None]:
         """tokens, positions[B,T] -> (h[B,T,D] after the final norm, updated cache)."""
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
@@ -81,8 +82,9 @@ class Transformer(nnx.Module):
             raise ValueError("this Transformer has no value head; build it with value_head=True")
         return jnp.einsum("BTD,D->BT", h.astype(jnp.float32), self.value_w[...]) + self.value_b[...]
 
-    def __call__(self, tokens: Array, positions: Array, *, segment_ids: Array | None = None,
-                 cache: KVCache | None = None) -> tuple[Array, KVCache | None]:
+    def __call__(
+        self, tokens: Array, positions: Array, *, segment_ids: Array | None = None, cache: KVCache | None = None
+    ) -> tuple[Array, KVCache | None]:
         """tokens, positions[B,T] -> (logits f32[B,T,V], updated cache or None)."""
         h, cache = self.hidden(tokens, positions, segment_ids=segment_ids, cache=cache)
         return self.logits(h), cache

@@ -87,8 +87,14 @@ class SamplerPolicy:
     def dispatch(self, prompts: list[list[int]], rng: jax.Array) -> Any:
         c = self.cfg
         return self.sampler.generate(
-            self.model, prompts, rng, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
-            top_p=c.top_p, top_k=c.top_k, greedy=c.greedy,
+            self.model,
+            prompts,
+            rng,
+            max_new_tokens=c.max_new_tokens,
+            temperature=c.temperature,
+            top_p=c.top_p,
+            top_k=c.top_k,
+            greedy=c.greedy,
         )
 
     def fetch(self, handle: Any) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -217,8 +223,15 @@ class Collector:
             terminated, truncated, info = bool(batch.terminated[j]), bool(batch.truncated[j]), batch.infos[j]
             stopped = chat.ends_with_stop(action_ids.tolist())
             ep.transitions.append(
-                Transition(ep.spec.episode_id, len(ep.transitions), np.asarray(ep.prompt, np.int32), action_ids,
-                           logprobs, reward, stopped=stopped)
+                Transition(
+                    ep.spec.episode_id,
+                    len(ep.transitions),
+                    np.asarray(ep.prompt, np.int32),
+                    action_ids,
+                    logprobs,
+                    reward,
+                    stopped=stopped,
+                )
             )
             fault = "fault" in info
             self.stats.faults += fault
@@ -242,8 +255,14 @@ class Collector:
 
     def _episode(self, spec: EpisodeSpec, transitions: list[Transition], info: dict, *, truncated: bool) -> Episode:
         return Episode(
-            spec.episode_id, spec.group_id, self.env_name, spec.seed, list(transitions),
-            success=bool(info.get("success", False)), truncated=truncated, fault=info.get("fault"),
+            spec.episode_id,
+            spec.group_id,
+            self.env_name,
+            spec.seed,
+            list(transitions),
+            success=bool(info.get("success", False)),
+            truncated=truncated,
+            fault=info.get("fault"),
         )
 
 

@@ -69,15 +69,30 @@ def scripted_episodes(
             ids = chat.action_ids(text)
             obs, reward, terminated, truncated, info = env.step(text)
             transitions.append(
-                Transition(spec.episode_id, len(transitions), np.asarray(prompt, np.int32), ids,
-                           np.zeros(len(ids), np.float32), reward)
+                Transition(
+                    spec.episode_id,
+                    len(transitions),
+                    np.asarray(prompt, np.int32),
+                    ids,
+                    np.zeros(len(ids), np.float32),
+                    reward,
+                )
             )
             done = terminated or truncated
             if not done and len(transitions) >= max_turns:
                 done = truncated = True
             if not done:
                 prompt, num_messages = next_prompt(chat, view, prompt, num_messages, ids, obs)
-        episodes.append(Episode(spec.episode_id, spec.group_id, env_id, spec.seed, transitions,
-                                success=bool(info.get("success", False)), truncated=truncated))
+        episodes.append(
+            Episode(
+                spec.episode_id,
+                spec.group_id,
+                env_id,
+                spec.seed,
+                transitions,
+                success=bool(info.get("success", False)),
+                truncated=truncated,
+            )
+        )
     env.close()
     return episodes

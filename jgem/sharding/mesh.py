@@ -37,12 +37,14 @@ class MeshConfig:
             if num_devices % fixed:
                 raise ValueError(
                     f"mesh {dict(zip(AXES, sizes))}: {num_devices} devices are not divisible by the fixed axes' "
-                    f"product {fixed}; make the fixed axes multiply to a divisor of {num_devices}")
+                    f"product {fixed}; make the fixed axes multiply to a divisor of {num_devices}"
+                )
             sizes[fill[0]] = num_devices // fixed
         elif fixed != num_devices:
             raise ValueError(
                 f"mesh {dict(zip(AXES, sizes))} needs {fixed} devices but {num_devices} are available; "
-                f"make data*fsdp*tensor = {num_devices} or set one axis to -1")
+                f"make data*fsdp*tensor = {num_devices} or set one axis to -1"
+            )
         return tuple(sizes)
 
 
@@ -67,8 +69,11 @@ def batch_axis_size(mesh: Mesh) -> int:
 
 
 def _on_tpu_vm() -> bool:
-    return bool(os.environ.get("TPU_WORKER_HOSTNAMES") or os.environ.get("TPU_ACCELERATOR_TYPE")
-                or os.environ.get("CLOUD_TPU_TASK_ID"))
+    return bool(
+        os.environ.get("TPU_WORKER_HOSTNAMES")
+        or os.environ.get("TPU_ACCELERATOR_TYPE")
+        or os.environ.get("CLOUD_TPU_TASK_ID")
+    )
 
 
 def initialize(
@@ -93,14 +98,19 @@ def initialize(
         raise ValueError(
             f"multi-host initialize needs coordinator_address, num_processes and process_id together "
             f"(or env JGEM_COORDINATOR, JGEM_NUM_PROCESSES, JGEM_PROCESS_ID); got coordinator={coordinator_address}, "
-            f"num_processes={num_processes}, process_id={process_id}")
+            f"num_processes={num_processes}, process_id={process_id}"
+        )
     if all(given):
         if not 0 <= process_id < num_processes:
             raise ValueError(f"process_id {process_id} is outside [0, {num_processes}); ids run 0..num_processes-1")
         # only affects the CPU backend (harmless on GPU/TPU hosts); without it CPU processes cannot all-reduce
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                                   process_id=process_id, local_device_ids=local_device_ids)
+        jax.distributed.initialize(
+            coordinator_address=coordinator_address,
+            num_processes=num_processes,
+            process_id=process_id,
+            local_device_ids=local_device_ids,
+        )
         log.info("jax.distributed: process %d/%d via %s", process_id, num_processes, coordinator_address)
         return True
     if _on_tpu_vm():

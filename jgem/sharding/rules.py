@@ -49,8 +49,10 @@ def logical_to_spec(names: Sequence[str | None] | None, rules: Rules = DEFAULT_R
     for name in names:
         axes = table.get(name) if name is not None else None
         if name is not None and name not in table:
-            raise ValueError(f"logical axis {name!r} has no sharding rule; add ({name!r}, <mesh axis or None>) "
-                             f"to the rules (known: {sorted(table)})")
+            raise ValueError(
+                f"logical axis {name!r} has no sharding rule; add ({name!r}, <mesh axis or None>) "
+                f"to the rules (known: {sorted(table)})"
+            )
         axes_t = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
         axes_t = tuple(a for a in axes_t if a not in used)
         used.update(axes_t)
@@ -73,7 +75,8 @@ def check_divisible(shape: Sequence[int], spec: P, mesh: Mesh, what: str) -> Non
             valid = max(d for d in range(1, n + 1) if size % d == 0 and n % d == 0)
             raise ValueError(
                 f"{what}: dim {dim} of size {size} is not divisible by mesh axis {axes} of size {n}; "
-                f"use a mesh where {axes} has size {valid} (divides {size}), or change the rules or the shape")
+                f"use a mesh where {axes} has size {valid} (divides {size}), or change the rules or the shape"
+            )
 
 
 def _path_str(path) -> str:
@@ -122,8 +125,10 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
 def check_batch_size(batch_size: int, mesh: Mesh, what: str = "batch_size") -> None:
     n = mesh.shape["data"] * mesh.shape["fsdp"]
     if batch_size % n:
-        raise ValueError(f"{what} {batch_size} is not divisible by {n} devices on mesh axes (data, fsdp) "
-                         f"= ({mesh.shape['data']}, {mesh.shape['fsdp']}); use a multiple of {n}")
+        raise ValueError(
+            f"{what} {batch_size} is not divisible by {n} devices on mesh axes (data, fsdp) "
+            f"= ({mesh.shape['data']}, {mesh.shape['fsdp']}); use a multiple of {n}"
+        )
 
 
 def shard_batch(batch, mesh: Mesh, *, process_local: bool | None = None):

@@ -30,8 +30,20 @@ class Server:
     def __init__(self, port: int | None = None, *extra: str, env: dict | None = None) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "jgem.envs.remote.server", "--env", "test:Count", "--import",
-               "tests.agentgym.remote_envs", "--port", str(self.port), "--token", TOKEN, *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "jgem.envs.remote.server",
+            "--env",
+            "test:Count",
+            "--import",
+            "tests.agentgym.remote_envs",
+            "--port",
+            str(self.port),
+            "--token",
+            TOKEN,
+            *extra,
+        ]
         env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 30

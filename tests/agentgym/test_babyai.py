@@ -85,7 +85,7 @@ def test_observation_describes_objects_and_available_actions():
     assert "You are not carrying anything." in obs
     for name in re.findall(r"There is a (\w+ \w+ \d+) ", obs):
         assert f"go to {name}" in env.available_actions() or "no path" in env._why.get(f"go to {name}", "")
-    obs, r, *_ , info = env.step("check available actions")
+    obs, r, *_, info = env.step("check available actions")
     assert obs.startswith("You can take the following actions: turn left, turn right") and r == 0
     obs, r, term, trunc, info = env.step("fly to the moon")
     assert not info["action_is_valid"] and obs.startswith("The action is not recognized")
@@ -165,8 +165,14 @@ def test_random_macro_actions_do_what_they_say():
         while not done:
             labels = dict(R.numbered(R.perceive(env.game).objects))
             action = env.available_actions()[int(rng.integers(len(env.available_actions())))]
-            target = next((labels[action[len(p):]] for p in ("go to ", "pick up ") if action[len(p):] in labels
-                           and action.startswith(p)), None)
+            target = next(
+                (
+                    labels[action[len(p) :]]
+                    for p in ("go to ", "pick up ")
+                    if action[len(p) :] in labels and action.startswith(p)
+                ),
+                None,
+            )
             *_, term, trunc, info = env.step(action)
             done = term or trunc
             assert info["action_is_valid"]

@@ -51,9 +51,16 @@ def test_episode_end_and_kwargs(client):
 
 @pytest.mark.parametrize(
     ("method", "path", "body"),
-    [("post", "/create", None), ("post", "/reset", {"id": 0}), ("post", "/step", {"id": 0, "action": "a"}),
-     ("get", "/observation?id=0", None), ("post", "/close", {"id": 0}), ("get", "/metrics", None),
-     ("post", "/batch/step", {"items": []}), ("post", "/snapshot", {"id": 0})],
+    [
+        ("post", "/create", None),
+        ("post", "/reset", {"id": 0}),
+        ("post", "/step", {"id": 0, "action": "a"}),
+        ("get", "/observation?id=0", None),
+        ("post", "/close", {"id": 0}),
+        ("get", "/metrics", None),
+        ("post", "/batch/step", {"items": []}),
+        ("post", "/snapshot", {"id": 0}),
+    ],
 )
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "tok"}])
 def test_refused_without_token(client, method, path, body, headers):

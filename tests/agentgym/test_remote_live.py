@@ -101,8 +101,10 @@ def test_load_batched_and_per_env_requests_lose_and_duplicate_nothing(start_serv
 @pytest.mark.slow
 def test_sigkill_one_of_two_servers_mid_run(start_server):
     a, b = start_server(), start_server()
-    envs = [RemoteEnv(u, ENV, token=TOKEN, timeout=2, retries=2, backoff_s=0.05, fallback_urls=[v])
-            for u, v in [(a.url, b.url), (b.url, a.url)] * 4]
+    envs = [
+        RemoteEnv(u, ENV, token=TOKEN, timeout=2, retries=2, backoff_s=0.05, fallback_urls=[v])
+        for u, v in [(a.url, b.url), (b.url, a.url)] * 4
+    ]
     try:
         for e in envs:
             e.reset(seed=0)

@@ -108,12 +108,16 @@ def test_recipe_sources(tmp_path):
     f.write_text("2 b <- 1 a\n1 c <- 2 b, 1 a\n")
     assert load_book(str(f)).depth == {"a": 0, "b": 1, "c": 2}
     (tmp_path / "j").mkdir()
-    shapeless = ('{"type": "minecraft:crafting_shapeless", "ingredients": [{"item": "minecraft:a"}, '
-                 '{"tag": "minecraft:t"}, {"item": "minecraft:a"}], "result": {"item": "minecraft:%s", "count": 2}}')
+    shapeless = (
+        '{"type": "minecraft:crafting_shapeless", "ingredients": [{"item": "minecraft:a"}, '
+        '{"tag": "minecraft:t"}, {"item": "minecraft:a"}], "result": {"item": "minecraft:%s", "count": 2}}'
+    )
     (tmp_path / "j" / "z.json").write_text(shapeless % "z")
     (tmp_path / "j" / "x.json").write_text(shapeless % "x")
-    (tmp_path / "j" / "a.json").write_text('{"type": "minecraft:crafting_shaped", "pattern": ["##"], '
-                                           '"key": {"#": {"item": "minecraft:x"}}, "result": "minecraft:a"}')
+    (tmp_path / "j" / "a.json").write_text(
+        '{"type": "minecraft:crafting_shaped", "pattern": ["##"], '
+        '"key": {"#": {"item": "minecraft:x"}}, "result": "minecraft:a"}'
+    )
     book = book_from_minecraft(tmp_path / "j")
     assert book.recipes["z"].ingredients == (("a", 2), ("t", 1)) and book.recipes["z"].count == 2
     assert ("a" in book.recipes) != ("x" in book.recipes)  # x <- a and a <- x: one is dropped, no cycle

@@ -39,8 +39,12 @@ def make_batch(model: Transformer | None = None, seed: int = 0, critic: bool = F
     ref = np.where(loss_mask, np.asarray(logp) + 0.1 * rng.normal(size=(B, T)), 0.0).astype(np.float32)
     value_mask = (positions == 3) & (segment_ids > 0)
     return TrainBatch(
-        tokens=jnp.asarray(tokens), positions=jnp.asarray(positions), segment_ids=jnp.asarray(segment_ids),
-        loss_mask=jnp.asarray(loss_mask), advantages=jnp.asarray(advantages), old_logprobs=jnp.asarray(old),
+        tokens=jnp.asarray(tokens),
+        positions=jnp.asarray(positions),
+        segment_ids=jnp.asarray(segment_ids),
+        loss_mask=jnp.asarray(loss_mask),
+        advantages=jnp.asarray(advantages),
+        old_logprobs=jnp.asarray(old),
         ref_logprobs=jnp.asarray(ref),
         returns=jnp.asarray(np.where(value_mask, rng.normal(size=(B, T)), 0.0).astype(np.float32)) if critic else None,
         values=jnp.zeros((B, T), jnp.float32) if critic else None,

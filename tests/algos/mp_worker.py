@@ -47,7 +47,8 @@ def run(mesh, rewards, mask, batch):
     local = lambda x: np.asarray(x.addressable_data(0))
     leaves = jax.tree.leaves(state.params)
     return {
-        "rebn_mean": float(local(mean)), "rebn_std": float(local(std)),
+        "rebn_mean": float(local(mean)),
+        "rebn_std": float(local(std)),
         "metrics": {k: float(local(v)) for k, v in metrics.items()},
         "param_sq": float(sum(np.sum(local(x).astype(np.float64) ** 2) for x in leaves)),
         "param_probe": local(leaves[0]).ravel()[:64].tolist(),

@@ -57,8 +57,11 @@ def _episode_rows():
         pad = T - len(toks)
         return toks + [0] * pad, pos + [0] * pad, seg + [0] * pad, mask + [False] * pad, adv + [0.0] * pad
 
-    ep1 = (p0 + a0 + o1 + a1, [False] * 3 + [True] * 2 + [False] * 2 + [True] * 3,
-           [0.0] * 3 + [A0] * 2 + [0.0] * 2 + [A1] * 3)
+    ep1 = (
+        p0 + a0 + o1 + a1,
+        [False] * 3 + [True] * 2 + [False] * 2 + [True] * 3,
+        [0.0] * 3 + [A0] * 2 + [0.0] * 2 + [A1] * 3,
+    )
     ep2 = (q0 + b0, [False] * 2 + [True] * 2, [0.0] * 2 + [B0] * 2)
     packed = [row([ep1, ep2])]
     per_transition = [
@@ -73,8 +76,15 @@ def _to_batch(rows, model):
     toks, pos, seg, mask, adv = (jnp.asarray(np.array(x)) for x in zip(*rows))
     logp, _ = _logprobs(model, toks, pos, seg)
     old = jnp.where(mask, logp - 0.1, 0.0)  # ratio exp(0.1): inside the clip range, so PPO has a gradient
-    return TrainBatch(tokens=toks.astype(jnp.int32), positions=pos.astype(jnp.int32), segment_ids=seg.astype(jnp.int32),
-                      loss_mask=mask, advantages=adv.astype(jnp.float32), old_logprobs=old, ref_logprobs=old + 0.2)
+    return TrainBatch(
+        tokens=toks.astype(jnp.int32),
+        positions=pos.astype(jnp.int32),
+        segment_ids=seg.astype(jnp.int32),
+        loss_mask=mask,
+        advantages=adv.astype(jnp.float32),
+        old_logprobs=old,
+        ref_logprobs=old + 0.2,
+    )
 
 
 def test_packed_episode_gradient_equals_per_transition_gradient():
@@ -180,8 +190,9 @@ def test_critic_trains_inside_the_same_update():
 
 def test_schedules():
     cos = make_schedule(LearnerConfig(schedule="cosine", warmup_steps=10, decay_steps=100, min_lr_ratio=0.1), 1.0)
-    np.testing.assert_allclose([cos(0), cos(5), cos(10), cos(60), cos(110), cos(500)],
-                               [0.0, 0.5, 1.0, 0.55, 0.1, 0.1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        [cos(0), cos(5), cos(10), cos(60), cos(110), cos(500)], [0.0, 0.5, 1.0, 0.55, 0.1, 0.1], rtol=1e-5, atol=1e-6
+    )
     lin = make_schedule(LearnerConfig(schedule="linear", warmup_steps=0, decay_steps=10), 2.0)
     np.testing.assert_allclose([lin(0), lin(5), lin(10)], [2.0, 1.0, 0.0], atol=1e-6)
     const = make_schedule(LearnerConfig(warmup_steps=4), 3.0)

@@ -80,7 +80,7 @@ def test_aggregation_modes_and_exact_split():
     # exactness: splitting rows into micro-batches and summing (sum, denominator) pairs gives the same loss
     for mode in ("token_mean", "seq_mean_token_mean", "token_sum_norm"):
         full = _agg(per, mask, seg, mode)
-        parts = [_agg(per[i:i + 1], mask[i:i + 1], seg[i:i + 1], mode) for i in range(4)]
+        parts = [_agg(per[i : i + 1], mask[i : i + 1], seg[i : i + 1], mode) for i in range(4)]
         ratio = sum(p[0] for p in parts) / sum(p[1] for p in parts)
         assert ratio == pytest.approx(full[0] / full[1], rel=1e-6), mode
     with pytest.raises(ValueError, match="unknown loss aggregation"):

@@ -25,12 +25,25 @@ def _free_port() -> int:
 @pytest.mark.multiprocess
 def test_two_processes_match_one(tmp_path):
     port = _free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               JAX_NUM_CPU_DEVICES="1", PYTHONPATH=str(ROOT))
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        JAX_NUM_CPU_DEVICES="1",
+        PYTHONPATH=str(ROOT),
+    )
     outs = [tmp_path / f"p{i}.json" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.algos.mp_worker", str(i), "2", str(port), str(outs[i])],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.algos.mp_worker", str(i), "2", str(port), str(outs[i])],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     logs = []
     try:
         for p in procs:

@@ -12,8 +12,10 @@ from jgem.algos.returns import discounted_returns, gae
 
 E, K = 8, 4
 EPS = 1e-6
-jitted = {name: jax.jit(fn, static_argnames=("gamma", "lam", "eps", "kl_coef", "normalize")) for name, fn in
-          ADVANTAGES.items()}
+jitted = {
+    name: jax.jit(fn, static_argnames=("gamma", "lam", "eps", "kl_coef", "normalize"))
+    for name, fn in ADVANTAGES.items()
+}
 
 
 # ------------------------------------------------------------------ numpy references
@@ -73,8 +75,9 @@ def np_whiten(g, m):
 
 @st.composite
 def episodes(draw):
-    rewards = np.array(draw(st.lists(st.floats(-5, 5, width=32), min_size=E * K, max_size=E * K)),
-                       np.float32).reshape(E, K)
+    rewards = np.array(draw(st.lists(st.floats(-5, 5, width=32), min_size=E * K, max_size=E * K)), np.float32).reshape(
+        E, K
+    )
     lengths = np.array(draw(st.lists(st.integers(0, K), min_size=E, max_size=E)))
     lengths[0] = max(lengths[0], 1)  # at least one real turn in the batch
     mask = np.arange(K)[None, :] < lengths[:, None]

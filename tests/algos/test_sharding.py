@@ -58,12 +58,18 @@ def test_fsdp8_stores_an_eighth_of_the_params_per_device():
 
 def test_undividable_shapes_name_the_axis_and_a_valid_size():
     params = nnx.state(tiny_model(), nnx.Param)  # 2 kv heads
-    with pytest.raises(ValueError, match=r"\('embed', 'kv_heads', 'head_dim'\): dim 1 of size 2 is not divisible "
-                                         r"by mesh axis tensor of size 4; use a mesh where tensor has size 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"\('embed', 'kv_heads', 'head_dim'\): dim 1 of size 2 is not divisible "
+        r"by mesh axis tensor of size 4; use a mesh where tensor has size 2",
+    ):
         shard_tree(params, make_mesh(MeshConfig(data=2, tensor=4)))
     batch = make_batch()
-    with pytest.raises(ValueError, match="batch_size 12 is not divisible by 8 devices on mesh axes \\(data, fsdp\\) "
-                                         "= \\(4, 2\\); use a multiple of 8"):
+    with pytest.raises(
+        ValueError,
+        match="batch_size 12 is not divisible by 8 devices on mesh axes \\(data, fsdp\\) "
+        "= \\(4, 2\\); use a multiple of 8",
+    ):
         shard_batch(jax.tree.map(lambda x: x[:12], batch), make_mesh(MeshConfig(data=4, fsdp=2)))
 
 
@@ -76,8 +82,14 @@ def test_batch_is_sharded_over_data_and_fsdp():
 
 
 def test_initialize_is_a_noop_without_settings_and_checks_arguments(monkeypatch):
-    for k in ("JGEM_COORDINATOR", "JGEM_NUM_PROCESSES", "JGEM_PROCESS_ID", "TPU_WORKER_HOSTNAMES",
-              "TPU_ACCELERATOR_TYPE", "CLOUD_TPU_TASK_ID"):
+    for k in (
+        "JGEM_COORDINATOR",
+        "JGEM_NUM_PROCESSES",
+        "JGEM_PROCESS_ID",
+        "TPU_WORKER_HOSTNAMES",
+        "TPU_ACCELERATOR_TYPE",
+        "CLOUD_TPU_TASK_ID",
+    ):
         monkeypatch.delenv(k, raising=False)
     assert mesh_lib.initialize() is False
     monkeypatch.setenv("JGEM_COORDINATOR", "localhost:1234")

@@ -11,8 +11,17 @@ from jgem.models.config import ModelConfig
 VOCAB = 96
 
 # Small enough to compile fast, big enough to exercise GQA (4 heads / 2 kv heads), biases, qk-norm, rope scaling.
-BASE = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=8, max_position_embeddings=512, rms_norm_eps=1e-6)
+BASE = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-6,
+)
 
 
 def hf_config(family: str, *, tie: bool = False, **kw):
@@ -25,8 +34,14 @@ def hf_config(family: str, *, tie: bool = False, **kw):
     if family == "qwen2":
         return Qwen2Config(rope_theta=10000.0, **args)
     if family == "llama":
-        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        rope = {
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        }
         return LlamaConfig(rope_parameters=rope, **args)
     raise ValueError(family)
 
@@ -67,6 +82,17 @@ def tiny_cfg(family: str = "qwen3", **kw) -> ModelConfig:
         from jgem.models.config import RopeScaling
 
         rope = dict(rope_theta=500000.0, rope_scaling=RopeScaling(8.0, 1.0, 4.0, 64), rms_norm_eps=1e-6)
-    return ModelConfig(family=family, vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_layers=2,
-                       num_heads=4, num_kv_heads=2, head_dim=8, max_position_embeddings=512,
-                       qk_norm=family == "qwen3", qkv_bias=family == "qwen2", **{"rope_theta": 10000.0, **rope, **kw})
+    return ModelConfig(
+        family=family,
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        max_position_embeddings=512,
+        qk_norm=family == "qwen3",
+        qkv_bias=family == "qwen2",
+        **{"rope_theta": 10000.0, **rope, **kw},
+    )

@@ -6,8 +6,18 @@ from jgem.models.config import PRESETS, ModelConfig, RopeScaling, preset
 from jgem.models.transformer import Transformer
 
 # Published parameter counts (model cards / safetensors totals), in billions.
-PUBLISHED = {"qwen3-0.6b": 0.596, "qwen3-1.7b": 1.72, "qwen3-4b": 4.02, "qwen3-8b": 8.19, "qwen2.5-0.5b": 0.494,
-             "qwen2.5-1.5b": 1.54, "qwen2.5-3b": 3.09, "qwen2.5-7b": 7.62, "llama3.2-1b": 1.236, "llama3.2-3b": 3.21}
+PUBLISHED = {
+    "qwen3-0.6b": 0.596,
+    "qwen3-1.7b": 1.72,
+    "qwen3-4b": 4.02,
+    "qwen3-8b": 8.19,
+    "qwen2.5-0.5b": 0.494,
+    "qwen2.5-1.5b": 1.54,
+    "qwen2.5-3b": 3.09,
+    "qwen2.5-7b": 7.62,
+    "llama3.2-1b": 1.236,
+    "llama3.2-3b": 3.21,
+}
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
@@ -43,8 +53,14 @@ def test_from_transformers_configs():
     assert q3.qk_norm and not q3.qkv_bias and q3.head_dim == 64 and q3.num_kv_heads == 2
     q2 = ModelConfig.from_hf(Qwen2Config(hidden_size=256, num_attention_heads=4, num_key_value_heads=2).to_dict())
     assert q2.qkv_bias and q2.head_dim == 64
-    rope = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 32.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 5e5,
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
     ll = ModelConfig.from_hf(LlamaConfig(rope_parameters=rope, max_position_embeddings=131072).to_dict())
     assert ll.rope_theta == 5e5 and ll.rope_scaling == RopeScaling(32.0, 1.0, 4.0, 8192)
 
@@ -53,11 +69,26 @@ def test_legacy_config_json(tmp_path):
     import json
 
     # The layout of the published Llama 3.2 config.json (transformers 4.x).
-    d = {"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192,
-         "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-5,
-         "rope_theta": 500000.0, "tie_word_embeddings": True, "max_position_embeddings": 131072,
-         "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
-                          "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+    d = {
+        "model_type": "llama",
+        "vocab_size": 128256,
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 500000.0,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 131072,
+        "rope_scaling": {
+            "factor": 32.0,
+            "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+            "rope_type": "llama3",
+        },
+    }
     (tmp_path / "config.json").write_text(json.dumps(d))
     assert ModelConfig.from_hf(tmp_path) == preset("llama3.2-1b")
     assert ModelConfig.from_hf(tmp_path, dtype="bfloat16").dtype == "bfloat16"

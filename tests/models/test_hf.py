@@ -34,8 +34,9 @@ def _state_np(model):
 
 
 def test_name_tables_are_inverse():
-    model = nnx.eval_shape(lambda: Transformer(tiny_cfg("qwen2", tie_word_embeddings=False), rngs=nnx.Rngs(0),
-                                               value_head=True))
+    model = nnx.eval_shape(
+        lambda: Transformer(tiny_cfg("qwen2", tie_word_embeddings=False), rngs=nnx.Rngs(0), value_head=True)
+    )
     names = [".".join(map(str, p)) for p, _ in nnx.to_flat_state(nnx.state(model, nnx.Param))]
     assert len(names) == 3 + 2 + 2 * 12  # embed, head, final norm, value w/b, 12 per qwen2 layer
     for name in names:
@@ -102,8 +103,13 @@ def test_load_errors_list_every_bad_key(tmp_path):
     with pytest.raises(ValueError) as e:
         load_pretrained(tmp_path)
     msg = str(e.value)
-    for key in ["layers.1.mlp.up", "final_norm.scale", "model.layers.0.self_attn.q_proj.bias",
-                "model.visual.patch_embed.weight", "model.layers.0.self_attn.k_proj.weight: checkpoint (17, 32)"]:
+    for key in [
+        "layers.1.mlp.up",
+        "final_norm.scale",
+        "model.layers.0.self_attn.q_proj.bias",
+        "model.visual.patch_embed.weight",
+        "model.layers.0.self_attn.k_proj.weight: checkpoint (17, 32)",
+    ]:
         assert key in msg, key
     assert "missing params (2)" in msg and "unexpected checkpoint keys (2)" in msg and "mis-shaped (1)" in msg
 

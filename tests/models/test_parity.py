@@ -48,7 +48,13 @@ def test_greedy_generate_matches_transformers(pair):
     ours = np.asarray(out.tokens)
     for i, p in enumerate(prompts):
         with torch.no_grad():
-            ref = tm.generate(torch.tensor([p]), max_new_tokens=24, min_new_tokens=24, do_sample=False,
-                              eos_token_id=None, pad_token_id=0)
-        assert ours[i].tolist() == ref[0, len(p):].tolist(), f"{family} prompt {i}"
+            ref = tm.generate(
+                torch.tensor([p]),
+                max_new_tokens=24,
+                min_new_tokens=24,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+        assert ours[i].tolist() == ref[0, len(p) :].tolist(), f"{family} prompt {i}"
     assert np.asarray(out.lengths).tolist() == [24, 24, 24]

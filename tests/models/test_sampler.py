@@ -42,7 +42,7 @@ def test_sampler_logprobs_equal_token_logprobs(model, sampler):
     for seq, p, lp in zip(_sequences(PROMPTS, out), PROMPTS, np.asarray(out.logprobs)):
         t = jnp.asarray([seq], jnp.int32)
         ref, _ = tlp(model, t, jnp.arange(len(seq))[None], temperature=0.7)
-        np.testing.assert_allclose(lp, np.asarray(ref)[0, len(p):], atol=2e-5)
+        np.testing.assert_allclose(lp, np.asarray(ref)[0, len(p) :], atol=2e-5)
         assert (lp < 0).all()
 
 
@@ -85,7 +85,7 @@ def test_token_logprobs_reference_chunks_and_grads(model):
 
 def _expected_length(row, eos, stops, n):
     for i in range(n):
-        if row[i] in eos or any(i + 1 >= len(q) and row[i + 1 - len(q): i + 1] == q for q in stops):
+        if row[i] in eos or any(i + 1 >= len(q) and row[i + 1 - len(q) : i + 1] == q for q in stops):
             return i + 1
     return n
 

@@ -67,7 +67,8 @@ def test_chat_stream_grows_by_action_and_observation_tokens(setup):
             head = np.concatenate([prev.prompt_ids, prev.action_ids])
             assert np.array_equal(nxt.prompt_ids[: head.size], head), "earlier tokens were re-encoded"
             tail = nxt.prompt_ids[head.size :].tolist()
-            assert tail[: len(chat.close_action(prev.action_ids.tolist()))] == chat.close_action(prev.action_ids.tolist())
+            closing = chat.close_action(prev.action_ids.tolist())
+            assert tail[: len(closing)] == closing
 
 
 def test_scripted_chat_stream_equals_chat_template(setup):

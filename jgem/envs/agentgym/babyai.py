@@ -61,6 +61,7 @@ class BabyAIEnv(Env):
         if self.level not in self._games:
             import gymnasium as gym
             import minigrid  # noqa: F401  registers the BabyAI-* ids with gymnasium
+
             self._games[self.level] = gym.make(f"BabyAI-{self.level}").unwrapped
         return self._games[self.level]
 

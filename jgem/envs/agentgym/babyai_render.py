@@ -101,8 +101,11 @@ def describe(view: View) -> str:
         side = "" if o.right == 0 else f" and {abs(o.right)} steps to your {'right' if o.right > 0 else 'left'}"
         where = f"right in front of you {o.front} steps away" if o.right == 0 else f"{o.front} steps in front of you"
         parts.append(f"There is a {label} {where}{side}.")
-    text = ("In front of you in this room, you can see several objects: " + " ".join(parts)) if parts else (
-        "You cannot see any objects within sight.")
+    text = (
+        ("In front of you in this room, you can see several objects: " + " ".join(parts))
+        if parts
+        else ("You cannot see any objects within sight.")
+    )
     text += " The room has walls around you."
     if view.wall_ahead is not None:
         text += f" You are facing a wall {view.wall_ahead} steps away."
@@ -174,7 +177,8 @@ def macro_actions(view: View) -> tuple[dict[str, list[int]], dict[str, str]]:
                 acts[f"toggle and go through {label}"] = face + [TOGGLE, FORWARD]
             else:
                 why[f"toggle and go through {label}"] = (
-                    f"You cannot toggle and go through {label}, as you are not carrying a {o.color} key.")
+                    f"You cannot toggle and go through {label}, as you are not carrying a {o.color} key."
+                )
     if front is not None and front.type in ("door", "box"):
         acts["toggle"] = [TOGGLE]
     if carrying is not None:

@@ -62,8 +62,16 @@ def shared_index(corpus: str | Path) -> Any:
 class DeepSearchEnv(Env):
     """Answer a question from the corpus. `search_url` queries a search service instead of a local index."""
 
-    def __init__(self, questions: str | None = None, corpus: str | None = None, search_url: str | None = None,
-                 hops: int | None = None, topk: int = 3, max_turns: int = 8, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        questions: str | None = None,
+        corpus: str | None = None,
+        search_url: str | None = None,
+        hops: int | None = None,
+        topk: int = 3,
+        max_turns: int = 8,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(seed=seed)
         from jgem.envs.tools.search import SearchTool
 
@@ -101,14 +109,19 @@ class DeepSearchEnv(Env):
         correct, valid = False, True
         if answer is not None:
             correct = normalize_answer(answer.group(1)) in {normalize_answer(a) for a in self.row["answer"]}
-            obs = "Your answer is correct." if correct else (
-                "Your answer is incorrect. Search for more information and try again.")
+            obs = (
+                "Your answer is correct."
+                if correct
+                else ("Your answer is incorrect. Search for more information and try again.")
+            )
         else:
             result = self.tool(action)
             if result is None:
                 valid = False
-                obs = ("No search or answer found. Search with <search> query </search> or answer with "
-                       "<answer> answer </answer>.")
+                obs = (
+                    "No search or answer found. Search with <search> query </search> or answer with "
+                    "<answer> answer </answer>."
+                )
             else:
                 obs = result.text
         truncated = not correct and self.turn >= self.max_turns
@@ -120,4 +133,4 @@ class DeepSearchEnv(Env):
 
     def sample_random_action(self) -> str:
         words = self.row.get("question", "what").split()
-        return f"<search>{' '.join(words[int(self.np_random.integers(len(words))):])}</search>"
+        return f"<search>{' '.join(words[int(self.np_random.integers(len(words))) :])}</search>"

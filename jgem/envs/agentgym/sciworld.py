@@ -23,16 +23,24 @@ def check_runtime() -> None:
         raise ImportError("SciWorld needs the scienceworld package: pip install 'jgem[agentgym]'") from e
     if shutil.which("java") is None:
         raise RuntimeError(
-            "SciWorld needs a Java runtime (>= 1.8) on PATH, e.g. apt-get install openjdk-17-jre-headless")
+            "SciWorld needs a Java runtime (>= 1.8) on PATH, e.g. apt-get install openjdk-17-jre-headless"
+        )
 
 
 class SciWorldEnv(Env):
     """A ScienceWorld task. `task` is a name ("boil") or index into the sorted task names; None draws one
     per episode. `variation` fixes the variation; None draws one from `split`."""
 
-    def __init__(self, task: str | int | None = None, variation: int | None = None, split: str = "train",
-                 simplification: str = "easy", max_turns: int = 100, gold_path: bool = False,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        task: str | int | None = None,
+        variation: int | None = None,
+        split: str = "train",
+        simplification: str = "easy",
+        max_turns: int = 100,
+        gold_path: bool = False,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(seed=seed)
         if split not in SPLITS:
             raise ValueError(f"split {split!r} is not one of {SPLITS}")
@@ -77,8 +85,11 @@ class SciWorldEnv(Env):
         key = (name, self.split)
         if key not in self._variations:
             self.sim.load(name, 0, self.simplification)  # a task must be loaded to list its variations
-            getter = {"train": self.sim.get_variations_train, "dev": self.sim.get_variations_dev,
-                      "test": self.sim.get_variations_test}[self.split]
+            getter = {
+                "train": self.sim.get_variations_train,
+                "dev": self.sim.get_variations_dev,
+                "test": self.sim.get_variations_test,
+            }[self.split]
             self._variations[key] = list(getter())
         return self._variations[key]
 
@@ -110,8 +121,12 @@ class SciWorldEnv(Env):
         terminated = bool(completed) or raw < 0
         truncated = not terminated and self.turn >= self.max_turns
         self.done = terminated or truncated
-        out: dict[str, Any] = {"score": score / 100.0, "moves": info["moves"], "task": self.task_name,
-                               "variation": self.variation_idx}
+        out: dict[str, Any] = {
+            "score": score / 100.0,
+            "moves": info["moves"],
+            "task": self.task_name,
+            "variation": self.variation_idx,
+        }
         if self.done:
             out["success"] = raw >= 100
         return obs, reward, terminated, truncated, out
@@ -134,8 +149,15 @@ class SciWorldEnv(Env):
     def spawn(self, same_state: bool = False) -> Env:
         if same_state:
             raise NotImplementedError("SciWorld cannot clone a running episode; spawn(same_state=False) only")
-        return SciWorldEnv(self.task, self.variation, self.split, self.simplification, self.max_turns,
-                           self.gold_path, seed=int(self.np_random.integers(2**63)))
+        return SciWorldEnv(
+            self.task,
+            self.variation,
+            self.split,
+            self.simplification,
+            self.max_turns,
+            self.gold_path,
+            seed=int(self.np_random.integers(2**63)),
+        )
 
     def close(self) -> None:
         if self._sw is not None:

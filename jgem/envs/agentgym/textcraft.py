@@ -112,8 +112,14 @@ class TextCraftEnv(Env):
     file or a directory of Minecraft recipe JSONs.
     """
 
-    def __init__(self, depth: int | None = None, num_distractors: int = 4, max_turns: int = 40,
-                 recipes: str = "jgem", seed: int | None = None) -> None:
+    def __init__(
+        self,
+        depth: int | None = None,
+        num_distractors: int = 4,
+        max_turns: int = 40,
+        recipes: str = "jgem",
+        seed: int | None = None,
+    ) -> None:
         super().__init__(seed=seed)
         from jgem.envs.agentgym.textcraft_recipes import load_book
 
@@ -159,8 +165,10 @@ class TextCraftEnv(Env):
             obs = self._craft(int(m.group(1)), _item(m.group(2)), m.group(3))
         else:
             valid = False
-            obs = ("Could not execute " + action.strip()[:200] + ". Use 'get N item', 'craft N target using "
-                   "N a, N b' or 'inventory'.")
+            obs = (
+                "Could not execute " + action.strip()[:200] + ". Use 'get N item', 'craft N target using "
+                "N a, N b' or 'inventory'."
+            )
         won = self.inventory[self.goal] > 0
         truncated = not won and self.turn >= self.max_turns
         self.done = won or truncated

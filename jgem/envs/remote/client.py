@@ -36,8 +36,15 @@ def _detail(r: httpx.Response) -> str:
 
 def fault_payload(reason: str, obs: Any = "") -> dict:
     """The StepPayload of an episode ended by a fault."""
-    return {"observation": obs, "reward": 0.0, "score": 0.0, "done": True, "terminated": False, "truncated": True,
-            "info": {"fault": reason}}
+    return {
+        "observation": obs,
+        "reward": 0.0,
+        "score": 0.0,
+        "done": True,
+        "terminated": False,
+        "truncated": True,
+        "info": {"fault": reason},
+    }
 
 
 class RemoteEnv(Env):
@@ -168,8 +175,15 @@ class RemoteEnv(Env):
             key = self._post("/snapshot", {"id": self._id})["snapshot"]
         except _Gone as e:
             raise EnvFault(f"{self.base_url}: cannot snapshot: {e}") from e
-        return {"url": self.base_url, "instance": self._instance, "snapshot": key, "seq": self._seq,
-                "running": self._running, "last_obs": self._last_obs, "np_random": self.np_random.bit_generator.state}
+        return {
+            "url": self.base_url,
+            "instance": self._instance,
+            "snapshot": key,
+            "seq": self._seq,
+            "running": self._running,
+            "last_obs": self._last_obs,
+            "np_random": self.np_random.bit_generator.state,
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         if state["url"] not in self.urls:
@@ -190,10 +204,17 @@ class RemoteEnv(Env):
         self.np_random.bit_generator.state = state["np_random"]
 
     def spawn(self, same_state: bool = False) -> Env:
-        clone = RemoteEnv(self.base_url, self.env_id, token=self.token, env_kwargs=self.env_kwargs,
-                          timeout=self.timeout, retries=self.retries, backoff_s=self.backoff_s,
-                          fallback_urls=[u for u in self.urls if u != self.base_url],
-                          seed=int(self.np_random.integers(2**63)))
+        clone = RemoteEnv(
+            self.base_url,
+            self.env_id,
+            token=self.token,
+            env_kwargs=self.env_kwargs,
+            timeout=self.timeout,
+            retries=self.retries,
+            backoff_s=self.backoff_s,
+            fallback_urls=[u for u in self.urls if u != self.base_url],
+            seed=int(self.np_random.integers(2**63)),
+        )
         clone.spec = self.spec
         if same_state:
             clone.set_state(self.get_state())
@@ -205,8 +226,12 @@ class RemoteEnv(Env):
         if self._id is not None:
             # best effort: an unreachable server reaps the env itself after its idle timeout
             with contextlib.suppress(httpx.HTTPError):
-                self._http.post("/close", json={"id": self._id}, timeout=min(self.timeout, 2.0),
-                                headers={INSTANCE_HEADER: self._instance} if self._instance else {})
+                self._http.post(
+                    "/close",
+                    json={"id": self._id},
+                    timeout=min(self.timeout, 2.0),
+                    headers={INSTANCE_HEADER: self._instance} if self._instance else {},
+                )
         self._http.close()
         self._http, self._id, self._running = None, None, False
 
@@ -221,13 +246,24 @@ class AsyncBatchClient:
     `info["fault"]`).
     """
 
-    def __init__(self, base_url: str, *, token: str | None = None, timeout: float = 30.0, retries: int = 3,
-                 backoff_s: float = 0.1, max_batch: int = 512) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff_s: float = 0.1,
+        max_batch: int = 512,
+    ) -> None:
         self.base_url, self.retries, self.backoff_s = base_url.rstrip("/"), retries, backoff_s
         self.max_batch, self.timeout = max_batch, timeout
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=bearer(token),
-                                       timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
-                                       limits=httpx.Limits(max_connections=64, max_keepalive_connections=64))
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=bearer(token),
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+        )
         self._seq: dict[int, int] = {}
         self.instance: str | None = None
 
@@ -287,8 +323,9 @@ class AsyncBatchClient:
             raise ValueError(f"{len(ids)} ids but {len(actions)} actions; pass one action per env")
         for i in ids:
             self._seq[i] = self._seq.get(i, 0) + 1
-        return await self._batched("/batch/step", [{"id": i, "action": a, "seq": self._seq[i]}
-                                                   for i, a in zip(ids, actions)])
+        return await self._batched(
+            "/batch/step", [{"id": i, "action": a, "seq": self._seq[i]} for i, a in zip(ids, actions)]
+        )
 
     async def close(self, ids: list[int]) -> None:
         await asyncio.gather(*(self._http.post("/close", json={"id": i}) for i in ids), return_exceptions=True)

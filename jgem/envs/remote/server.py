@@ -58,10 +58,17 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Any) -> None:
-        body = (f'{{"detail": "request body exceeds the server limit of {self.max_bytes} bytes; send smaller '
-                f'batches or start the server with a larger --max-body-bytes"}}').encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        body = (
+            f'{{"detail": "request body exceeds the server limit of {self.max_bytes} bytes; send smaller '
+            f'batches or start the server with a larger --max-body-bytes"}}'
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -109,8 +116,11 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
             return
         got = request.headers.get(TOKEN_HEADER, "")
         if not hmac.compare_digest(got.encode(), f"Bearer {config.token}".encode()):
-            raise HTTPException(401, "missing or wrong bearer token; send 'Authorization: Bearer <token>'",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                "missing or wrong bearer token; send 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any):
@@ -142,9 +152,14 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
         # from 0, and its id may now belong to someone else's env.
         expected = request.headers.get(INSTANCE_HEADER)
         if expected and expected != svc.instance:
-            return JSONResponse({"detail": f"server instance changed ({expected} -> {svc.instance}): it restarted "
-                                           "and its envs are gone; create a new env"}, status_code=410,
-                                headers={INSTANCE_HEADER: svc.instance})
+            return JSONResponse(
+                {
+                    "detail": f"server instance changed ({expected} -> {svc.instance}): it restarted "
+                    "and its envs are gone; create a new env"
+                },
+                status_code=410,
+                headers={INSTANCE_HEADER: svc.instance},
+            )
         response = await call_next(request)
         response.headers[INSTANCE_HEADER] = svc.instance
         return response
@@ -234,19 +249,33 @@ def _is_loopback(host: str) -> bool:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser("jgem-serve", description="Serve jgem envs over HTTP (AgentGym contract).")
-    p.add_argument("--env", action="append", required=True,
-                   help="env id or id prefix to serve (repeatable), e.g. agentgym:BabyAI or game:")
+    p.add_argument(
+        "--env",
+        action="append",
+        required=True,
+        help="env id or id prefix to serve (repeatable), e.g. agentgym:BabyAI or game:",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
-    p.add_argument("--token", default=os.environ.get("JGEM_SERVE_TOKEN"),
-                   help="bearer token clients must send (default: $JGEM_SERVE_TOKEN)")
+    p.add_argument(
+        "--token",
+        default=os.environ.get("JGEM_SERVE_TOKEN"),
+        help="bearer token clients must send (default: $JGEM_SERVE_TOKEN)",
+    )
     p.add_argument("--no-token", action="store_true", help="allow serving a non-loopback host without a token")
     p.add_argument("--max-envs", type=int, default=4096)
     p.add_argument("--max-body-bytes", type=int, default=ServeConfig.max_body_bytes)
-    p.add_argument("--idle-timeout", type=float, default=ServeConfig.idle_timeout_s,
-                   help="seconds before an idle env is closed")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first (repeatable), e.g. one that registers your own env ids")
+    p.add_argument(
+        "--idle-timeout", type=float, default=ServeConfig.idle_timeout_s, help="seconds before an idle env is closed"
+    )
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (repeatable), e.g. one that registers your own env ids",
+    )
     p.add_argument("--log-level", default="warning")
     return p.parse_args(argv)
 
@@ -257,12 +286,19 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(argv)
     if not args.token and not _is_loopback(args.host) and not args.no_token:
-        sys.exit(f"refusing to serve {args.host} without a token: pass --token (or set JGEM_SERVE_TOKEN), "
-                 "or --no-token if the network is trusted")
+        sys.exit(
+            f"refusing to serve {args.host} without a token: pass --token (or set JGEM_SERVE_TOKEN), "
+            "or --no-token if the network is trusted"
+        )
     for module in args.imports:
         importlib.import_module(module)
-    config = ServeConfig(envs=tuple(args.env), token=args.token, max_envs=args.max_envs,
-                         max_body_bytes=args.max_body_bytes, idle_timeout_s=args.idle_timeout)
+    config = ServeConfig(
+        envs=tuple(args.env),
+        token=args.token,
+        max_envs=args.max_envs,
+        max_body_bytes=args.max_body_bytes,
+        idle_timeout_s=args.idle_timeout,
+    )
     try:
         app = create_app(config)
     except ValueError as e:

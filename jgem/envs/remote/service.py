@@ -85,8 +85,11 @@ class EnvService:
         with self._lock:
             slot = self._slots.get(idx)
         if slot is None:
-            raise ServiceError(404, f"env {idx} does not exist on this server (closed, reaped after idling, or the "
-                                    "server restarted); create a new one with POST /create")
+            raise ServiceError(
+                404,
+                f"env {idx} does not exist on this server (closed, reaped after idling, or the "
+                "server restarted); create a new one with POST /create",
+            )
         slot.last_used = time.monotonic()
         return slot
 
@@ -95,15 +98,21 @@ class EnvService:
 
         if env_id is None:
             if len(self.env_ids) != 1:
-                raise ServiceError(400, f"this server serves {len(self.env_ids)} env ids; name one in 'env_id' "
-                                        f"(one of {', '.join(self.env_ids[:20])})")
+                raise ServiceError(
+                    400,
+                    f"this server serves {len(self.env_ids)} env ids; name one in 'env_id' "
+                    f"(one of {', '.join(self.env_ids[:20])})",
+                )
             env_id = self.env_ids[0]
         if env_id not in self.env_ids:
             raise ServiceError(400, f"env id {env_id!r} is not served here; served: {', '.join(self.env_ids[:20])}")
         with self._lock:
             if len(self._slots) >= self.config.max_envs:
-                raise ServiceError(429, f"server holds its maximum of {self.config.max_envs} envs; close some "
-                                        "(POST /close) or start the server with a larger --max-envs")
+                raise ServiceError(
+                    429,
+                    f"server holds its maximum of {self.config.max_envs} envs; close some "
+                    "(POST /close) or start the server with a larger --max-envs",
+                )
         try:
             env = make(env_id, **(env_kwargs or {}))
         except (TypeError, ValueError, KeyError) as e:
@@ -164,8 +173,11 @@ class EnvService:
         slot.needs_reset = True
         with self._lock:
             self.counters["faults"] += 1
-        return ServiceError(500, f"env {idx} ({slot.env_id}) raised during {what}: {type(e).__name__}: {e}; "
-                                 "the episode is over, call /reset")
+        return ServiceError(
+            500,
+            f"env {idx} ({slot.env_id}) raised during {what}: {type(e).__name__}: {e}; "
+            "the episode is over, call /reset",
+        )
 
     def reset(self, idx: int, seed: int | None = None) -> dict:
         slot = self._slot(idx)
@@ -188,11 +200,15 @@ class EnvService:
                     self.counters["replayed_steps"] += 1
                 return slot.last_result  # a client retry of a step that was applied: answer it again
             if slot.needs_reset:
-                raise ServiceError(409, f"env {idx} has no running episode (not reset yet, or its episode ended); "
-                                        "call /reset first")
+                raise ServiceError(
+                    409, f"env {idx} has no running episode (not reset yet, or its episode ended); call /reset first"
+                )
             if seq is not None and seq != slot.seq + 1:
-                raise ServiceError(409, f"step seq {seq} for env {idx} is out of order: the last applied step is "
-                                        f"{slot.seq}, so the next must be {slot.seq + 1}")
+                raise ServiceError(
+                    409,
+                    f"step seq {seq} for env {idx} is out of order: the last applied step is "
+                    f"{slot.seq}, so the next must be {slot.seq + 1}",
+                )
             try:
                 obs, reward, terminated, truncated, info = slot.env.step(action)
             except Exception as e:
@@ -233,8 +249,11 @@ class EnvService:
         with self._lock:
             snap = self._snapshots.get(key)
         if snap is None:
-            raise ServiceError(404, f"snapshot {key!r} is unknown (evicted after {self.config.max_snapshots} newer "
-                                    "ones, or the server restarted); take a new one with POST /snapshot")
+            raise ServiceError(
+                404,
+                f"snapshot {key!r} is unknown (evicted after {self.config.max_snapshots} newer "
+                "ones, or the server restarted); take a new one with POST /snapshot",
+            )
         env_id, (state, score, last_obs, needs_reset) = snap
         if env_id != slot.env_id:
             raise ServiceError(400, f"snapshot {key!r} is of {env_id!r}, env {idx} is {slot.env_id!r}")
@@ -245,5 +264,9 @@ class EnvService:
 
     def metrics(self) -> dict[str, float]:
         with self._lock:
-            return {"envs_active": len(self._slots), "snapshots": len(self._snapshots),
-                    "uptime_seconds": time.time() - self.started, **self.counters}
+            return {
+                "envs_active": len(self._slots),
+                "snapshots": len(self._snapshots),
+                "uptime_seconds": time.time() - self.started,
+                **self.counters,
+            }
