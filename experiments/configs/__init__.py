@@ -20,7 +20,7 @@ def tiny() -> TrainConfig:
     return TrainConfig(
         run_dir="runs/tiny",
         seed=0,
-        steps=60,
+        steps=40,
         algorithm="rebn",
         gamma=0.9,
         episodes_per_step=32,
@@ -28,7 +28,7 @@ def tiny() -> TrainConfig:
         model=ModelSpec(preset="tiny"),
         rollout=RolloutConfig(view="chat", num_groups=2, max_new_tokens=12, max_episode_tokens=512),
         learner=LearnerConfig(policy_loss="ppo", lr=5e-4, max_grad_norm=1.0, epochs=2, minibatches=2),
-        warm_start=WarmStartConfig(steps=100, episodes_per_step=32, lr=1e-3, epsilon=0.0),
+        warm_start=WarmStartConfig(steps=80, episodes_per_step=32, lr=1e-3, epsilon=0.0),
         eval_every=10,
         eval_episodes=64,
         checkpoint_every=10,
