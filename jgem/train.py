@@ -22,6 +22,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jgem.algos.advantages import compute_advantages
+from jgem.algos.critic import make_critic
 from jgem.algos.learner import TrainState, init_train_state, token_logprobs, update
 from jgem.algos.types import TrainBatch
 from jgem.config import TrainConfig, validate
@@ -142,9 +143,7 @@ class Trainer:
             model = Transformer(mcfg, rngs=nnx.Rngs(cfg.seed))
             critic = None
             if ppo:
-                critic = Transformer(mcfg, rngs=nnx.Rngs(cfg.seed + 1), value_head=True)
-                if cfg.critic_from_policy:  # copies: `update` donates both, so they must not share buffers
-                    nnx.update(critic, jax.tree.map(jnp.copy, nnx.state(model, nnx.Param)))
+                critic = make_critic(mcfg, policy=model if cfg.critic_from_policy else None, seed=cfg.seed + 1)
         return model, critic, mcfg
 
     # -- device functions (jitted in __init__) -------------------------------------------------------
