@@ -387,5 +387,7 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
 
 def _opt_count(opt_state) -> jax.Array:
     """The optimizer's step count (what the schedule sees)."""
-    counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "count")) if hasattr(s, "count")]
+    # optax states are NamedTuples with a `count` field; plain tuples (chains) also have a `.count` method
+    has_count = lambda x: "count" in getattr(x, "_fields", ())
+    counts = [s.count for s in jax.tree.leaves(opt_state, is_leaf=has_count) if has_count(s)]
     return counts[-1] if counts else jnp.zeros((), jnp.int32)

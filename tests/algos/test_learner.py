@@ -199,6 +199,20 @@ def test_schedules():
     np.testing.assert_allclose([const(0), const(2), const(4), const(1000)], [0.0, 1.5, 3.0, 3.0], atol=1e-6)
 
 
+def test_update_follows_a_schedule():
+    # the reported lr is the schedule at the optimizer's step count; chains of optax states are tuples, whose
+    # `.count` method once passed for the count and crashed every non-constant schedule
+    model = tiny_model()
+    batch = make_batch(model)
+    cfg = LearnerConfig(lr=1.0, schedule="linear", decay_steps=4, minibatches=2, max_grad_norm=1.0)
+    state = init_train_state(model, cfg)
+    lrs = []
+    for _ in range(2):
+        state, m = update(state, batch)
+        lrs.append(float(m["lr"]))
+    np.testing.assert_allclose(lrs, [0.5, 0.0], atol=1e-6)  # counts 2 and 4 of a 4-step decay
+
+
 def test_bad_configs_give_clear_errors():
     model = tiny_model()
     batch = make_batch(model)
