@@ -91,9 +91,11 @@ class Trainer:
         system = cfg.env.system_prompt if cfg.rollout.view == "per_turn" else None
         self.chat = ChatFormat(tokenizer, system=system)
         model, critic, self.model_cfg = self._build_models(tokenizer)
-        self.state: TrainState = init_train_state(model, cfg.learner, self.mesh, critic=critic, seed=cfg.seed)
-        # The frozen reference policy for KL penalties is the initial policy.
-        self.ref_params = jax.tree.map(jnp.copy, self.state.params) if cfg.learner.kl_coef > 0 else None
+        # With a KL penalty, the state carries the frozen reference policy: the policy RL starts from (the
+        # initial one, or the warm-started one after a warm start); checkpoints keep it, so resume is exact.
+        self.state: TrainState = init_train_state(
+            model, cfg.learner, self.mesh, critic=critic, seed=cfg.seed, reference=cfg.learner.kl_coef > 0
+        )
         # Multi-host: each process samples its own episodes on a mesh of its local devices (collectives
         # inside the decode loop would deadlock when hosts finish their episodes at different times).
         self.sample_mesh = (
@@ -165,8 +167,8 @@ class Trainer:
         h, _ = critic.hidden(tokens, positions, segment_ids=segment_ids)
         return critic.value(h)
 
-    def _reference_logprobs(self, state: TrainState, ref_params, tokens, positions, segment_ids):
-        ref = nnx.merge(state.graphdef, ref_params, state.model_state)
+    def _reference_logprobs(self, state: TrainState, tokens, positions, segment_ids):
+        ref = nnx.merge(state.graphdef, state.ref_params, state.model_state)
         return token_logprobs(ref, tokens, positions, segment_ids, temperature=self.cfg.learner.temperature)[0]
 
     # -- one step ----------------------------------------------------------------------------------
@@ -246,11 +248,9 @@ class Trainer:
         metrics |= packed.metrics
         host = self._pad_rows(packed.arrays)
         batch = TrainBatch(**shard_batch(host, self.mesh))
-        if self.ref_params is not None and not sft:
+        if self.state.ref_params is not None and not sft:
             batch = batch.replace(
-                ref_logprobs=self._ref_logprobs(
-                    self.state, self.ref_params, batch.tokens, batch.positions, batch.segment_ids
-                )
+                ref_logprobs=self._ref_logprobs(self.state, batch.tokens, batch.positions, batch.segment_ids)
             )
         return batch, metrics
 
@@ -365,6 +365,8 @@ class Trainer:
             self.state, m = update(self.state, batch)
             log(s, {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")})
         self.state = self.state.replace(cfg=rl_cfg)
+        if self.state.ref_params is not None:  # KL keeps RL near what the warm start taught
+            self.state = self.state.replace(ref_params=jax.tree.map(jnp.copy, self.state.params))
         self.host["warm_start_done"] = True
 
     def evaluate(self, step: int) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -130,6 +131,35 @@ def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
     rows = [r for r in read_jsonl(run_b / "metrics.jsonl") if "curriculum/stage" in r]
     assert rows and all(r["curriculum/stage"] == min((r["step"] - 1) // 2, 1) for r in rows)
     assert all(r["rollout/max_turns"] == (2 if r["step"] <= 2 else 4) for r in rows)
+
+
+def test_kl_reference_is_the_warm_started_policy_and_survives_resume(tmp_path):
+    import jax
+    import numpy as np
+
+    from jgem.config import WarmStartConfig
+
+    cfg = small_config(str(tmp_path), steps=1, learner={"kl_coef": 0.1}, warm_start=WarmStartConfig(steps=2))
+    tr = Trainer(cfg)
+    init = jax.device_get(tr.state.params)
+    assert _tree_equal(jax.device_get(tr.state.ref_params), init)  # before any training: the initial policy
+    tr.run()
+    ref = jax.device_get(tr.state.ref_params)
+    assert not _tree_equal(ref, init), "the reference must move to the warm-started policy"
+    # the RL step's batch carried reference log-probs: the KL metric is reported and finite
+    kl = [r["train/kl"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/kl" in r]
+    assert kl and all(np.isfinite(kl))
+    # a resumed trainer restores the reference from the checkpoint, not from its fresh initial policy
+    resumed = Trainer(dataclasses.replace(cfg, steps=2))
+    resumed.run()
+    assert _tree_equal(jax.device_get(resumed.state.ref_params), ref)
+
+
+def _tree_equal(a, b) -> bool:
+    import jax
+    import numpy as np
+
+    return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
 
 def test_resume_refuses_a_different_config(tmp_path):

@@ -92,6 +92,7 @@ class TrainState(struct.PyTreeNode):
     critic_params: Any = None
     critic_opt_state: Any = None
     critic_state: Any = None
+    ref_params: Any = None  # frozen reference policy for KL penalties (not trained; checkpointed with the rest)
     graphdef: Any = struct.field(pytree_node=False, default=None)
     critic_graphdef: Any = struct.field(pytree_node=False, default=None)
     cfg: LearnerConfig = struct.field(pytree_node=False, default=LearnerConfig())
@@ -139,8 +140,10 @@ def init_train_state(
     critic: nnx.Module | None = None,
     seed: int = 0,
     rules: Rules = DEFAULT_RULES,
+    reference: bool = False,
 ) -> TrainState:
-    """Split `model` (and the optional `critic`) into params and build optimizer states, placed on `mesh`."""
+    """Split `model` (and the optional `critic`) into params and build optimizer states, placed on `mesh`.
+    With `reference`, `ref_params` starts as a copy of the params (the KL penalty's reference policy)."""
     graphdef, params, model_state = nnx.split(model, nnx.Param, ...)
     critic_graphdef = critic_params = critic_state = critic_opt = None
     # copies: update donates the state, and the caller's module must stay usable
@@ -151,6 +154,7 @@ def init_train_state(
         critic_graphdef, critic_params, critic_state = nnx.split(critic, nnx.Param, ...)
         critic_params, critic_state = place(critic_params), place(critic_state)
         critic_opt = place(make_optimizer(cfg, critic=True).init(critic_params))
+    ref_params = jax.tree.map(jnp.copy, params) if reference else None
     rng = jax.random.key_data(jax.random.key(seed))
     step = jnp.zeros((), jnp.int32)
     if mesh is not None:  # replicated, as update returns them: the second call must not recompile
@@ -164,6 +168,7 @@ def init_train_state(
         critic_params=critic_params,
         critic_opt_state=critic_opt,
         critic_state=critic_state,
+        ref_params=ref_params,
         graphdef=graphdef,
         critic_graphdef=critic_graphdef,
         cfg=cfg,
