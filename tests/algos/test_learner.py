@@ -106,7 +106,8 @@ def test_packed_episode_gradient_equals_per_transition_gradient():
     flat_p, flat_r = jax.tree.leaves(g_packed), jax.tree.leaves(g_rows)
     assert max(float(jnp.abs(x).max()) for x in flat_p) > 1e-4  # a real, nonzero gradient
     for a, b in zip(flat_p, flat_r):
-        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-7)
+        # float32 sums run in a different order in the two layouts: the absolute slack scales with the leaf
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-4 * float(jnp.abs(b).max()) + 1e-9)
 
 
 # ----------------------------------------------------------------------------- meshes, determinism, guard
