@@ -60,6 +60,7 @@ class WarmStartConfig:
     epsilon: float = 0.0  # chance per turn that the teacher plays a random action instead
     epochs: int = 1  # passes over each batch of teacher episodes
     minibatches: int = 1  # optimizer steps per pass
+    reset_optimizer: bool = True  # RL starts with fresh AdamW moments (not the supervised phase's)
 
 
 @dataclass(frozen=True)

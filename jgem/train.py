@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jgem.algos.advantages import compute_advantages
 from jgem.algos.critic import make_critic
-from jgem.algos.learner import TrainState, init_train_state, token_logprobs, update
+from jgem.algos.learner import TrainState, init_train_state, reset_optimizer, token_logprobs, update
 from jgem.algos.types import TrainBatch
 from jgem.config import TrainConfig, validate
 from jgem.curriculum import Curriculum
@@ -365,6 +365,8 @@ class Trainer:
             self.state, m = update(self.state, batch)
             log(s, {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")})
         self.state = self.state.replace(cfg=rl_cfg)
+        if ws.reset_optimizer:
+            self.state = reset_optimizer(self.state)
         if self.state.ref_params is not None:  # KL keeps RL near what the warm start taught
             self.state = self.state.replace(ref_params=jax.tree.map(jnp.copy, self.state.params))
         self.host["warm_start_done"] = True

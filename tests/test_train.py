@@ -133,7 +133,7 @@ def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
     assert all(r["rollout/max_turns"] == (2 if r["step"] <= 2 else 4) for r in rows)
 
 
-def test_kl_reference_is_the_warm_started_policy_and_survives_resume(tmp_path):
+def test_after_warm_start_rl_gets_the_warm_policy_as_kl_reference_and_a_fresh_optimizer(tmp_path):
     import jax
     import numpy as np
 
@@ -144,6 +144,10 @@ def test_kl_reference_is_the_warm_started_policy_and_survives_resume(tmp_path):
     init = jax.device_get(tr.state.params)
     assert _tree_equal(jax.device_get(tr.state.ref_params), init)  # before any training: the initial policy
     tr.run()
+    # RL's optimizer started afresh after the warm start: its count is the one RL update's 1 step
+    from jgem.algos.learner import _opt_count
+
+    assert int(_opt_count(tr.state.opt_state)) == 1
     ref = jax.device_get(tr.state.ref_params)
     assert not _tree_equal(ref, init), "the reference must move to the warm-started policy"
     # the RL step's batch carried reference log-probs: the KL metric is reported and finite

@@ -177,6 +177,15 @@ def init_train_state(
     )
 
 
+def reset_optimizer(state: TrainState) -> TrainState:
+    """`state` with a fresh policy optimizer state for its current `cfg` (count 0, zero moments), placed like
+    `init_train_state` places it; e.g. between a supervised phase and RL."""
+    opt_state = make_optimizer(state.cfg).init(state.params)
+    if state.mesh is None:
+        return state.replace(opt_state=jax.tree.map(jnp.copy, opt_state))
+    return state.replace(opt_state=shard_tree(opt_state, state.mesh, state.rules))
+
+
 # ----------------------------------------------------------------------------- forward passes
 
 
