@@ -16,9 +16,9 @@ def tiny() -> TrainConfig:
     A supervised warm start imitates the scripted binary-search player (the action format and most of the
     policy); ReBN with gamma 0.9 then raises the success of the sampled policy. RL is fragile at this size: in
     the measured runs, lr 5e-4 (with or without a KL penalty) and GRPO at 2e-4 without one lost success within
-    10-20 steps, so RL runs at lr 2e-4 with a KL penalty to the warm-started policy (k2: its gradient is the
-    on-policy gradient of KL(pi || pi_ref)). Evaluation samples from the policy (temperature 1) on 128
-    held-out seeds.
+    10-20 steps, so RL runs at lr 2e-4, with a fresh AdamW state and a KL penalty to the warm-started policy
+    (k2: its gradient is the on-policy gradient of KL(pi || pi_ref)). Evaluation samples from the policy
+    (temperature 1) on 128 held-out seeds. Measured: 0.77 after the warm start, 0.97 after RL, 8.8 min on 2 cores.
     """
     return TrainConfig(
         run_dir="runs/tiny",
