@@ -146,8 +146,7 @@ def init_train_state(
     With `reference`, `ref_params` starts as a copy of the params (the KL penalty's reference policy)."""
     graphdef, params, model_state = nnx.split(model, nnx.Param, ...)
     critic_graphdef = critic_params = critic_state = critic_opt = None
-    # copies: update donates the state, and the caller's module must stay usable
-    place = (lambda t: jax.tree.map(jnp.copy, t)) if mesh is None else (lambda t: shard_tree(t, mesh, rules))
+    place = functools.partial(_place, mesh=mesh, rules=rules)
     params, model_state = place(params), place(model_state)
     opt_state = place(make_optimizer(cfg).init(params))
     if critic is not None:
@@ -181,9 +180,13 @@ def reset_optimizer(state: TrainState) -> TrainState:
     """`state` with a fresh policy optimizer state for its current `cfg` (count 0, zero moments), placed like
     `init_train_state` places it; e.g. between a supervised phase and RL."""
     opt_state = make_optimizer(state.cfg).init(state.params)
-    if state.mesh is None:
-        return state.replace(opt_state=jax.tree.map(jnp.copy, opt_state))
-    return state.replace(opt_state=shard_tree(opt_state, state.mesh, state.rules))
+    return state.replace(opt_state=_place(opt_state, mesh=state.mesh, rules=state.rules))
+
+
+def _place(tree: Any, *, mesh: Mesh | None, rules: Rules) -> Any:
+    """Sharded on `mesh` by the logical rules, or fresh copies without one (update donates the state, and the
+    caller's arrays must stay usable)."""
+    return jax.tree.map(jnp.copy, tree) if mesh is None else shard_tree(tree, mesh, rules)
 
 
 # ----------------------------------------------------------------------------- forward passes
