@@ -14,9 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 
-from jgem.config import EnvConfig
+from jgem.algos.learner import _opt_count
+from jgem.config import EnvConfig, WarmStartConfig
 from jgem.metrics import read_jsonl
 from jgem.registry import register
 from jgem.sharding.mesh import MeshConfig
@@ -134,19 +137,12 @@ def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
 
 
 def test_after_warm_start_rl_gets_the_warm_policy_as_kl_reference_and_a_fresh_optimizer(tmp_path):
-    import jax
-    import numpy as np
-
-    from jgem.config import WarmStartConfig
-
     cfg = small_config(str(tmp_path), steps=1, learner={"kl_coef": 0.1}, warm_start=WarmStartConfig(steps=2))
     tr = Trainer(cfg)
     init = jax.device_get(tr.state.params)
     assert _tree_equal(jax.device_get(tr.state.ref_params), init)  # before any training: the initial policy
     tr.run()
     # RL's optimizer started afresh after the warm start: its count is the one RL update's 1 step
-    from jgem.algos.learner import _opt_count
-
     assert int(_opt_count(tr.state.opt_state)) == 1
     ref = jax.device_get(tr.state.ref_params)
     assert not _tree_equal(ref, init), "the reference must move to the warm-started policy"
@@ -160,9 +156,6 @@ def test_after_warm_start_rl_gets_the_warm_policy_as_kl_reference_and_a_fresh_op
 
 
 def _tree_equal(a, b) -> bool:
-    import jax
-    import numpy as np
-
     return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
 
