@@ -3,9 +3,13 @@
 Prints one JSON line per (model, batch) plus one for the machine's f32 matmul peak (JAX), e.g.
     .venv/bin/python bench/generate.py                       # tiny and 100m at batch 1, 8, 32
     .venv/bin/python bench/generate.py --models tiny --batches 1 --reps 1
+    python bench/generate.py --dtype bfloat16 --models 100m qwen3-0.6b   # on a GPU: both on the GPU
 Tokens/s count generated tokens (batch * new tokens) over the wall time of a whole generate call
 (prefill included, compilation excluded: one warm-up call first). Achieved FLOP/s uses 2 * matmul params
-per token (+ attention over the cache) over the same time.
+per token (+ attention over the cache) over the same time, against the matmul peak in the same dtype. On a
+GPU the run also measures the memory bandwidth (a large device copy) and reports the fraction of it that the
+decode reaches, counting the fewest bytes a decode must read (every weight once per step, the KV cache up to
+the current length) and write (the new K/V).
 """
 
 from __future__ import annotations
@@ -21,23 +25,54 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jgem.hostmem import keep_host_memory
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import save_pretrained
 from jgem.models.sampler import Sampler
 from jgem.models.transformer import Transformer
 
 
-def matmul_peak(n: int = 2048, reps: int = 10) -> float:
-    """f32 GFLOP/s of a jitted n x n matmul on the default JAX device."""
-    a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-    f = jax.jit(lambda x, y: x @ y)
-    f(a, a).block_until_ready()
+def _best(fn, reps: int) -> float:
+    fn()  # warm-up: compilation stays out of the timing
     best = float("inf")
     for _ in range(reps):
         t = time.perf_counter()
-        f(a, a).block_until_ready()
+        fn()
         best = min(best, time.perf_counter() - t)
-    return 2 * n**3 / best / 1e9
+    return best
+
+
+def on_gpu() -> bool:
+    return jax.default_backend() == "gpu"
+
+
+def matmul_peak(dtype: str = "float32", n: int | None = None, reps: int = 10) -> float:
+    """GFLOP/s of a jitted n x n matmul in `dtype` on the default JAX device (n: 8192 on a GPU, else 2048)."""
+    n = n or (8192 if on_gpu() else 2048)
+    a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+    b = jax.random.normal(jax.random.key(1), (n, n), dtype)
+    f = jax.jit(lambda x, y: x @ y)
+    return 2 * n**3 / _best(lambda: f(a, b).block_until_ready(), reps) / 1e9
+
+
+def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 10) -> float:
+    """GB/s of a jitted elementwise pass over `nbytes` of f32 (bytes read + bytes written)."""
+    x = jnp.ones((nbytes // 4,), jnp.float32)
+    f = jax.jit(lambda v: v * 2.0)
+    return 2 * nbytes / _best(lambda: f(x).block_until_ready(), reps) / 1e9
+
+
+def decode_bytes(cfg: ModelConfig, batch: int, prompt: int, new: int) -> float:
+    """Fewest HBM bytes of the new-1 decode steps: all weights but the embedding table once per step (plus one
+    embedding row per sequence), the KV cache read up to the current length, the new K/V written."""
+    item = jnp.dtype(cfg.param_dtype).itemsize
+    d, kv = cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim
+    weights = cfg.num_params - (0 if cfg.tie_word_embeddings else cfg.vocab_size * d)
+    total = 0.0
+    for i in range(1, new):
+        ctx = prompt + i
+        total += weights * item + batch * d * item + batch * cfg.num_layers * 2 * kv * (ctx + 1) * item
+    return total
 
 
 def model_flops(cfg: ModelConfig, batch: int, prompt: int, new: int) -> float:
@@ -62,14 +97,14 @@ def bench_jgem(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: i
     sampler = Sampler(cfg, eos_ids=[], pad_id=0, max_prompt_buckets=(prompts.shape[1],))
     gs = nnx.split(model)
     plist = prompts.tolist()
-    out = sampler.generate(gs, plist, jax.random.key(0), max_new_tokens=new, greedy=True)
-    out.tokens.block_until_ready()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
+    out = None
+
+    def run():
+        nonlocal out
         out = sampler.generate(gs, plist, jax.random.key(0), max_new_tokens=new, greedy=True)
         out.tokens.block_until_ready()
-        best = min(best, time.perf_counter() - t)
+
+    best = _best(run, reps)
     assert int(np.asarray(out.lengths).min()) == new, "every row must generate all tokens (no EOS in the benchmark)"
     return best
 
@@ -77,16 +112,20 @@ def bench_jgem(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: i
 def bench_torch(hf_model, prompts: np.ndarray, new: int, reps: int) -> float:
     import torch
 
-    ids = torch.tensor(prompts)
+    dev = hf_model.device
+    ids = torch.tensor(prompts, device=dev)
     kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    shapes = []
+
+    def run():
+        out = hf_model.generate(ids, **kw)
+        sync()
+        shapes.append(out.shape[1])
+
     with torch.no_grad():
-        hf_model.generate(ids, **kw)
-        best = float("inf")
-        for _ in range(reps):
-            t = time.perf_counter()
-            out = hf_model.generate(ids, **kw)
-            best = min(best, time.perf_counter() - t)
-    assert out.shape[1] == prompts.shape[1] + new
+        best = _best(run, reps)
+    assert shapes[-1] == prompts.shape[1] + new
     return best
 
 
@@ -98,23 +137,35 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions; the best is reported")
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers peer")
-    args = ap.parse_args()
-
-    peak = matmul_peak()
-    print(
-        json.dumps({"bench": "matmul_peak", "device": str(jax.devices()[0]), "gflops_f32": round(peak, 1)}), flush=True
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and compute, both")
+    ap.add_argument(
+        "--keep-host-memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="glibc keeps freed buffers for reuse (jgem.hostmem), for both frameworks",
     )
+    args = ap.parse_args()
+    if args.keep_host_memory:  # jgem's and transformers' runs share the process and the setting
+        keep_host_memory(force=True)
+
+    peak = matmul_peak(args.dtype)
+    head = {"bench": "matmul_peak", "device": str(jax.devices()[0]), "dtype": args.dtype, "gflops": round(peak, 1)}
+    bw = copy_bandwidth() if on_gpu() else None
+    if bw is not None:
+        head["copy_gb_s"] = round(bw, 1)
+    print(json.dumps(head), flush=True)
     for name in args.models:
-        cfg = preset(name)
+        cfg = preset(name, dtype=args.dtype, param_dtype=args.dtype)
         model = Transformer(cfg, rngs=nnx.Rngs(0))
         hf_model = None
         if not args.no_torch:
             import torch
             from transformers import AutoModelForCausalLM
 
+            dev = "cuda" if on_gpu() and torch.cuda.is_available() else "cpu"
             with tempfile.TemporaryDirectory() as d:
                 save_pretrained(model, cfg, d)
-                hf_model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+                hf_model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, args.dtype)).eval().to(dev)
         rs = np.random.RandomState(0)
         for b in args.batches:
             prompts = rs.randint(1, cfg.vocab_size, (b, args.prompt_len)).astype(np.int32)
@@ -124,6 +175,7 @@ def main() -> None:
                 "bench": "generate",
                 "model": name,
                 "params_m": round(cfg.num_params / 1e6, 2),
+                "dtype": args.dtype,
                 "batch": b,
                 "prompt_len": args.prompt_len,
                 "new_tokens": args.new_tokens,
@@ -131,6 +183,9 @@ def main() -> None:
             }
             gflops = model_flops(cfg, b, args.prompt_len, args.new_tokens) / t_j / 1e9
             row.update(jgem_gflops=round(gflops, 1), jgem_frac_of_peak=round(gflops / peak, 3))
+            if bw is not None:
+                gbs = decode_bytes(cfg, b, args.prompt_len, args.new_tokens) / t_j / 1e9
+                row.update(jgem_decode_gb_s=round(gbs, 1), jgem_frac_of_bw=round(gbs / bw, 3))
             if hf_model is not None:
                 t_t = bench_torch(hf_model, prompts, args.new_tokens, args.reps)
                 row.update(transformers_tok_s=round(n_tok / t_t, 1), speedup=round(t_t / t_j, 2))

@@ -2,11 +2,14 @@
 
 Same config, same weights (written by jgem's save_pretrained, read by transformers), same batch shape, one
 process; jgem and torch steps are interleaved so machine load hits both alike. MFU is against this machine's
-f32 matmul peak measured in the same run, before every step pair (best of jax and torch on a 2048^3
-matmul); each step's MFU uses the peak measured next to it and the median is reported.
+matmul peak measured in the same run, before every step pair (best of jax and torch on a 2048^3 matmul, 8192^3
+on a GPU): model FLOPs over the median step time over the highest peak measured.
 
     .venv/bin/python bench/train_step.py --sizes tiny 100m --batch 8 --seq 256 --steps 5
+    python bench/train_step.py --dtype bfloat16 --sizes 100m qwen3-0.6b --seq 1024   # on a GPU: both on the GPU
 
+`--dtype bfloat16` keeps float32 parameters and optimizer state and computes in bfloat16: jgem's compute
+dtype, `torch.autocast` for PyTorch; the peak is then the bfloat16 matmul's (8192^3 on a GPU).
 Prints one JSON line per measurement.
 """
 
@@ -27,6 +30,7 @@ from flax import nnx
 
 from jgem.algos.learner import LearnerConfig, init_train_state, update
 from jgem.algos.types import TrainBatch
+from jgem.hostmem import keep_host_memory
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import save_pretrained
 from jgem.models.transformer import Transformer
@@ -38,15 +42,34 @@ def emit(**kw) -> None:
     print(json.dumps(kw), flush=True)
 
 
-def matmul_peak(n: int = 2048, reps: int = 5) -> dict[str, float]:
-    """Sustained f32 GFLOP/s of an n^3 matmul in jax and in torch (best of reps)."""
-    a = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), jnp.float32)
+def on_gpu() -> bool:
+    return jax.default_backend() == "gpu" and torch.cuda.is_available()
+
+
+def torch_device() -> str:
+    return "cuda" if on_gpu() else "cpu"
+
+
+def torch_sync() -> None:
+    if on_gpu():
+        torch.cuda.synchronize()
+
+
+def matmul_peak(dtype: str = "float32", reps: int = 5) -> dict[str, float]:
+    """Sustained GFLOP/s of an n^3 matmul in `dtype` in jax and in torch (best of reps; n 8192 on a GPU, else 2048)."""
+    n = 8192 if on_gpu() else 2048
+    a = jnp.asarray(np.random.default_rng(0).normal(size=(n, n)), dtype)
     f = jax.jit(lambda x: x @ x)
     f(a).block_until_ready()
     tj = min(_timed(lambda: f(a).block_until_ready()) for _ in range(reps))
-    ta_ = torch.randn(n, n)
-    ta_ @ ta_
-    tt = min(_timed(lambda: ta_ @ ta_) for _ in range(reps))
+    ta_ = torch.randn(n, n, device=torch_device(), dtype=getattr(torch, dtype))
+
+    def tmm():
+        ta_ @ ta_
+        torch_sync()
+
+    tmm()
+    tt = min(_timed(tmm) for _ in range(reps))
     return {"jax": 2 * n**3 / tj / 1e9, "torch": 2 * n**3 / tt / 1e9}
 
 
@@ -92,16 +115,17 @@ def jgem_step(model: Transformer, data: dict, lcfg: LearnerConfig):
 
     def step():
         box["state"], m = update(box["state"], batch)
-        jax.block_until_ready(m)
+        jax.block_until_ready((box["state"], m))
         return m
 
     return step
 
 
-def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig):
+def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig, dtype: str):
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    dev = torch_device()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").to(dev)
     model.train()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
@@ -111,15 +135,18 @@ def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig):
         betas=(lcfg.b1, lcfg.b2),
         eps=lcfg.adam_eps,
     )
-    tokens = torch.from_numpy(data["tokens"]).long()
-    positions = torch.from_numpy(data["positions"]).long()
-    mask = torch.from_numpy(data["loss_mask"]).float()
-    adv = torch.from_numpy(data["advantages"])
-    old = torch.from_numpy(data["old_logprobs"])
+    tokens = torch.from_numpy(data["tokens"]).long().to(dev)
+    positions = torch.from_numpy(data["positions"]).long().to(dev)
+    mask = torch.from_numpy(data["loss_mask"]).float().to(dev)
+    adv = torch.from_numpy(data["advantages"]).to(dev)
+    old = torch.from_numpy(data["old_logprobs"]).to(dev)
+    autocast = dtype != "float32"
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(input_ids=tokens, position_ids=positions).logits[:, :-1].float()
+        with torch.autocast(dev, dtype=getattr(torch, dtype), enabled=autocast):
+            out = model(input_ids=tokens, position_ids=positions)
+        logits = out.logits[:, :-1].float()
         logp = torch.log_softmax(logits, -1)
         lp = torch.gather(logp, -1, tokens[:, 1:, None])[..., 0]
         ratio = torch.exp(lp - old[:, 1:])
@@ -130,26 +157,30 @@ def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), lcfg.max_grad_norm)
         opt.step()
+        torch_sync()
         return float(loss.detach())
 
     return step
 
 
-def bench_size(name: str, b: int, t: int, steps: int) -> None:
-    cfg = preset(name)
+def bench_size(name: str, b: int, t: int, steps: int, dtype: str, warmup: int) -> None:
+    cfg = preset(name, dtype=dtype)  # parameters stay float32
     data = make_batch(cfg, b, t)
     lcfg = LearnerConfig(lr=1e-5, weight_decay=0.01, max_grad_norm=1.0)  # default logprob chunks (1024 tokens)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
     with tempfile.TemporaryDirectory() as d:
         save_pretrained(model, cfg, d)
-        t_step = torch_step(d, data, lcfg)
+        t_step = torch_step(d, data, lcfg, dtype)
     j_step = jgem_step(model, data, lcfg)
     tc = _timed(j_step)  # compile + first step
-    t_step()  # warm-up
+    t_step()
+    for _ in range(warmup):  # untimed: the first steps fault in the host buffers they will reuse
+        j_step()
+        t_step()
     times = {"jgem": [], "torch": []}
     peaks = []
     for _ in range(steps):  # interleaved, with the peak re-measured each round: load on a shared box drifts
-        peaks.append(max(matmul_peak(reps=3).values()))
+        peaks.append(max(matmul_peak(dtype, reps=3).values()))
         times["jgem"].append(_timed(j_step))
         times["torch"].append(_timed(t_step))
     flops = train_flops_per_token(cfg, t) * b * t
@@ -157,7 +188,7 @@ def bench_size(name: str, b: int, t: int, steps: int) -> None:
     for impl, ts in times.items():
         med = statistics.median(ts)
         res[impl] = b * t / med
-        mfu = statistics.median(flops / ti / 1e9 / pk for ti, pk in zip(ts, peaks))
+        mfu = flops / med / 1e9 / max(peaks)
         extra = {"compile_s": round(tc, 1)} if impl == "jgem" else {}
         emit(
             bench="train_step",
@@ -166,11 +197,12 @@ def bench_size(name: str, b: int, t: int, steps: int) -> None:
             params=cfg.num_params,
             batch=b,
             seq=t,
+            dtype=dtype,
             step_s=round(med, 4),
             tokens_per_s=round(b * t / med, 1),
             gflops=round(flops / med / 1e9, 1),
             mfu=round(mfu, 3),
-            peak_gflops=round(statistics.median(peaks), 1),
+            peak_gflops=round(max(peaks), 1),
             steps=steps,
             **extra,
         )
@@ -183,11 +215,22 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps of each after the first")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="compute dtype")
+    ap.add_argument(
+        "--keep-host-memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="glibc keeps freed buffers for reuse (jgem.hostmem), for both frameworks",
+    )
     args = ap.parse_args()
+    if args.keep_host_memory:  # both frameworks run in this process and both get it
+        keep_host_memory(force=True)
     torch.manual_seed(0)
-    peaks = matmul_peak()
+    peaks = matmul_peak(args.dtype)
     emit(
-        bench="matmul_peak_f32",
+        bench="matmul_peak",
+        dtype=args.dtype,
         jax_gflops=round(peaks["jax"], 1),
         torch_gflops=round(peaks["torch"], 1),
         cpu_count=os.cpu_count(),
@@ -195,7 +238,7 @@ def main() -> None:
         device=str(jax.devices()[0]),
     )
     for name in args.sizes:
-        bench_size(name, args.batch, args.seq, args.steps)
+        bench_size(name, args.batch, args.seq, args.steps, args.dtype, args.warmup)
 
 
 if __name__ == "__main__":
