@@ -13,8 +13,10 @@ def main() -> None:
     import tyro
 
     from experiments.configs import PRESETS
+    from jgem.hostmem import keep_host_memory
     from jgem.sharding.mesh import initialize
 
+    keep_host_memory()  # if JGEM_KEEP_HOST_MEMORY=1: before JAX's first computation (docs/benchmarks.md)
     cfg = tyro.extras.overridable_config_cli(PRESETS)
     initialize()  # multi-host from JGEM_* env vars or TPU auto-detection; a no-op on one machine
 
