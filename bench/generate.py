@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jgem.hostmem import keep_host_memory
+from jgem import hostmem
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import save_pretrained
 from jgem.models.sampler import Sampler
@@ -138,15 +138,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions; the best is reported")
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers peer")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and compute, both")
-    ap.add_argument(
-        "--keep-host-memory",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="glibc keeps freed buffers for reuse (jgem.hostmem), for both frameworks",
-    )
+    hostmem.add_flag(ap)
     args = ap.parse_args()
-    if args.keep_host_memory:  # jgem's and transformers' runs share the process and the setting
-        keep_host_memory(force=True)
+    hostmem.from_flag(args)  # jgem's and transformers' runs share the process and the setting
 
     peak = matmul_peak(args.dtype)
     head = {"bench": "matmul_peak", "device": str(jax.devices()[0]), "dtype": args.dtype, "gflops": round(peak, 1)}

@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from flax import nnx
 
+from jgem import hostmem
 from jgem.algos.learner import LearnerConfig, init_train_state, update
 from jgem.algos.types import TrainBatch
-from jgem.hostmem import keep_host_memory
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import save_pretrained
 from jgem.models.transformer import Transformer
@@ -217,15 +217,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps of each after the first")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="compute dtype")
-    ap.add_argument(
-        "--keep-host-memory",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="glibc keeps freed buffers for reuse (jgem.hostmem), for both frameworks",
-    )
+    hostmem.add_flag(ap)
     args = ap.parse_args()
-    if args.keep_host_memory:  # both frameworks run in this process and both get it
-        keep_host_memory(force=True)
+    hostmem.from_flag(args)  # both frameworks run in this process and both get it
     torch.manual_seed(0)
     peaks = matmul_peak(args.dtype)
     emit(

@@ -21,6 +21,7 @@ first allocate. It does nothing off glibc (macOS, musl) and does not touch accel
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import ctypes.util
 import logging
@@ -57,3 +58,18 @@ def keep_host_memory(force: bool = False) -> bool:
         log.warning("glibc mallopt refused a setting; host buffers are not kept between steps")
     _applied = ok
     return ok
+
+
+def add_flag(parser: argparse.ArgumentParser, default: bool = True) -> None:
+    """Adds `--keep-host-memory/--no-keep-host-memory` to a script's parser (apply it with `from_flag`)."""
+    parser.add_argument(
+        "--keep-host-memory",
+        action=argparse.BooleanOptionalAction,
+        default=default,
+        help="glibc keeps freed buffers for reuse (jgem.hostmem), for every framework in the process",
+    )
+
+
+def from_flag(args: argparse.Namespace) -> bool:
+    """Applies `add_flag`'s choice; call it right after parsing, before JAX's first computation."""
+    return keep_host_memory(force=True) if args.keep_host_memory else keep_host_memory()

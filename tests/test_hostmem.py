@@ -70,3 +70,16 @@ def test_a_bad_flag_is_named():
             keep_host_memory()
     finally:
         del os.environ["JGEM_KEEP_HOST_MEMORY"]
+
+
+def test_script_flag_defaults_on_and_can_be_turned_off():
+    import argparse
+
+    from jgem import hostmem
+
+    ap = argparse.ArgumentParser()
+    hostmem.add_flag(ap)
+    assert ap.parse_args([]).keep_host_memory is True
+    off = ap.parse_args(["--no-keep-host-memory"])
+    assert off.keep_host_memory is False
+    assert hostmem.from_flag(off) is False  # not applied in this (shared) test process
