@@ -10,7 +10,7 @@ best of 5 after a warm-up.
 from __future__ import annotations
 
 import os
-import time
+import timeit
 
 import jax
 import jax.numpy as jnp
@@ -19,13 +19,8 @@ import torch
 
 
 def best(fn, reps: int = 5) -> float:
-    fn()
-    out = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        out = min(out, time.perf_counter() - t)
-    return out
+    fn()  # warm-up (compilation)
+    return min(timeit.repeat(fn, number=1, repeat=reps))
 
 
 def compare(sa, sb, prod, rng) -> tuple[float, float]:
