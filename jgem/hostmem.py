@@ -10,8 +10,8 @@ main heap, which can grow without limit; per-thread arenas cap at 64 MB and fall
 for large blocks, no trimming of the heap top. Measured on that step: 12.4 s -> 9.7 s, no page faults
 once warm. The costs, and why it is opt-in:
 - resident memory never shrinks, and the single heap fragments: small allocations split freed blocks, so
-  the heap settles above the working set (peak RSS 6.3 GB -> 9.1 GB on that step; in tests/test_hostmem.py
-  a 96 MB buffer per call settles after about a dozen calls);
+  the heap settles above the working set (peak RSS 6.3 GB -> 9.1 GB on that step; with the 96 MB buffer per call of
+  tests/test_hostmem.py, the first 3-7 calls, and now and then a later one, still grow the heap);
 - every thread shares one arena, which can slow a process with many allocating threads (large env pools).
 
 Turn it on with `JGEM_KEEP_HOST_MEMORY=1` (experiments/train.py calls this first thing) or
