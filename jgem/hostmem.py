@@ -71,5 +71,6 @@ def add_flag(parser: argparse.ArgumentParser, default: bool = True) -> None:
 
 
 def from_flag(args: argparse.Namespace) -> bool:
-    """Applies `add_flag`'s choice; call it right after parsing, before JAX's first computation."""
-    return keep_host_memory(force=True) if args.keep_host_memory else keep_host_memory()
+    """Applies `add_flag`'s choice (`--no-keep-host-memory` wins over JGEM_KEEP_HOST_MEMORY); call it right after
+    parsing, before JAX's first computation. Returns whether the setting is in effect."""
+    return keep_host_memory(force=True) if args.keep_host_memory else _applied
