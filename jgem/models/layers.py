@@ -79,10 +79,34 @@ def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
     return x * cos[:, :, None, :] + rot * sin[:, :, None, :]
 
 
-def _proj(x: Array, w: Array) -> Array:
-    """x[B,T,D] @ w[D,N,H] -> [B,T,N,H] as a plain 2-D matmul (einsum layouts cost XLA CPU a weight transpose)."""
-    b, t, d = x.shape
-    return (x.reshape(b * t, d) @ w.reshape(d, -1)).reshape(b, t, *w.shape[1:])
+@jax.custom_vjp
+def _matmul_cpu(x: Array, w: Array) -> Array:
+    return x @ w
+
+
+def _matmul_cpu_fwd(x: Array, w: Array):
+    return x @ w, (x, w)
+
+
+def _matmul_cpu_bwd(res, g: Array):
+    # Autodiff's weight gradient x^T g contracts x's leading axis; XLA:CPU then runs it as a slow Eigen dot with a
+    # transposed copy of g (about 1 s of the 100m train step). A materialised x^T (the barrier stops XLA folding
+    # the transpose back into the dot) makes it a plain row-major GEMM that YNNPACK takes.
+    x, w = res
+    xt = jax.lax.optimization_barrier(x.T)
+    return g @ w.T, (xt @ g).astype(w.dtype)
+
+
+_matmul_cpu.defvjp(_matmul_cpu_fwd, _matmul_cpu_bwd)
+
+
+def dense(x: Array, w: Array) -> Array:
+    """x[..., D] @ w[D, ...] -> [..., *w.shape[1:]] as one 2-D matmul (einsum layouts cost XLA:CPU a weight
+    transpose); on CPU with a backward pass whose weight gradient is a plain GEMM (`_matmul_cpu_bwd`)."""
+    lead, d = x.shape[:-1], x.shape[-1]
+    x2, w2 = x.reshape(-1, d), w.reshape(d, -1)
+    y = _matmul_cpu(x2, w2) if jax.default_backend() == "cpu" else x2 @ w2
+    return y.reshape(*lead, *w.shape[1:])
 
 
 class Attention(nnx.Module):
@@ -107,9 +131,9 @@ class Attention(nnx.Module):
         """x[B,T,D], mask[B,T,S] -> out[B,T,D]; with a cache kv = (keyT[B,K,H,S], value[B,K,S,H]), the new keys and
         values go to slots [end, end+T)."""
         dt = x.dtype
-        q = _proj(x, self.q[...].astype(dt))  # "BTD,DNH->BTNH"
-        k = _proj(x, self.k[...].astype(dt))  # "BTD,DKH->BTKH"
-        v = _proj(x, self.v[...].astype(dt))
+        q = dense(x, self.q[...].astype(dt))  # "BTD,DNH->BTNH"
+        k = dense(x, self.k[...].astype(dt))  # "BTD,DKH->BTKH"
+        v = dense(x, self.v[...].astype(dt))
         if self.cfg.qkv_bias:
             q = q + self.q_bias[...].astype(dt)
             k = k + self.k_bias[...].astype(dt)
@@ -137,7 +161,7 @@ class Attention(nnx.Module):
         out = jnp.einsum("BKQS,BKSH->BKQH", probs.reshape(b, kh, -1, probs.shape[-1]), v)
         out = out.reshape(b, kh, n // kh, t, h).transpose(0, 3, 1, 2, 4)  # [B,T,K,G,H]
         o = self.o[...].astype(dt)  # "BTNH,NHD->BTD" as one [B*T, N*H] x [N*H, D] matmul
-        return (out.reshape(b * t, n * h) @ o.reshape(n * h, -1)).reshape(b, t, -1), kv
+        return dense(out.reshape(b, t, n * h), o.reshape(n * h, -1)), kv
 
 
 class MLP(nnx.Module):
@@ -149,9 +173,9 @@ class MLP(nnx.Module):
 
     def __call__(self, x: Array) -> Array:
         dt = x.dtype
-        g = jnp.einsum("BTD,DF->BTF", x, self.gate[...].astype(dt))
-        u = jnp.einsum("BTD,DF->BTF", x, self.up[...].astype(dt))
-        return jnp.einsum("BTF,FD->BTD", jax.nn.silu(g) * u, self.down[...].astype(dt))
+        g = dense(x, self.gate[...].astype(dt))
+        u = dense(x, self.up[...].astype(dt))
+        return dense(jax.nn.silu(g) * u, self.down[...].astype(dt))
 
 
 class Block(nnx.Module):

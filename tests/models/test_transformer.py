@@ -121,3 +121,21 @@ def test_bfloat16_params_and_compute():
     # Same init (seed 0), rounded to bf16: logits agree to bf16 precision.
     assert float(jnp.max(jnp.abs(out - ref[:, :8]))) < 0.05 * float(jnp.max(jnp.abs(ref)))
     assert float(jnp.max(jnp.abs(out - ref[:, :8]))) > 0  # it really computed in bf16
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_dense_backward_equals_autodiff_of_matmul(dtype):
+    """layers.dense's CPU backward (a materialised x^T for the weight gradient) equals plain autodiff."""
+    from jgem.models.layers import dense
+
+    rs = np.random.RandomState(0)
+    x = jnp.asarray(rs.normal(size=(2, 5, 8)), dtype)
+    w = jnp.asarray(rs.normal(size=(8, 3, 4)), dtype)
+    ct = jnp.asarray(rs.normal(size=(2, 5, 3, 4)), jnp.float32)
+    loss = lambda f: lambda x, w: jnp.sum(f(x, w).astype(jnp.float32) * ct)
+    ours = jax.jit(jax.grad(loss(dense), argnums=(0, 1)))(x, w)
+    ref = jax.grad(loss(lambda x, w: jnp.einsum("btd,dnh->btnh", x, w)), argnums=(0, 1))(x, w)
+    tol = 1e-5 if dtype == "float32" else 0.05
+    for a, b in zip(ours, ref):
+        assert a.dtype == b.dtype == jnp.dtype(dtype)
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=tol, atol=tol)
