@@ -21,6 +21,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jgem.models.config import ModelConfig
+from jgem.models.head import vocab_logprobs
 from jgem.models.kvcache import KVCache, init_cache
 from jgem.models.transformer import Transformer
 
@@ -43,8 +44,8 @@ def token_logprobs(
     """logprobs, entropy f32[B,T]: logprobs[:, t] = log p(tokens[:, t] | tokens[:, <t]); entropy[:, t] is the
     entropy of that predictive distribution. Both are 0 at t=0, at segment starts and on padding (segment 0).
 
-    The vocab projection runs over chunks of `chunk_size` tokens (rematerialised in the backward pass), so
-    memory stays O(chunk_size * V) whatever B*T is. Differentiable.
+    The vocab projection runs over chunks of `chunk_size` tokens, recomputed in the backward pass
+    (`jgem.models.head`), so memory stays O(chunk_size * V) whatever B*T is. Differentiable.
     """
     h, _ = model.hidden(tokens, positions, segment_ids=segment_ids)
     b, t, d = h.shape
@@ -58,21 +59,12 @@ def token_logprobs(
     n = b * t
     c = max(1, min(chunk_size, n))
     chunks = math.ceil(n / c)
-    hf = jnp.pad(h_prev.reshape(n, d), ((0, chunks * c - n), (0, 0))).reshape(chunks, c, d)
-    tf = jnp.pad(tokens.reshape(n), (0, chunks * c - n)).reshape(chunks, c)
-
-    @jax.checkpoint
-    def one(args):
-        hc, tc = args  # [C,D], [C]
-        logits = model.logits(hc[None])[0] / temperature  # f32[C,V]
-        logp = jax.nn.log_softmax(logits, axis=-1)
-        lp = jnp.take_along_axis(logp, tc[:, None], axis=-1)[:, 0]
-        ent = -jnp.sum(jnp.exp(logp) * logp, axis=-1)
-        return lp, ent
-
-    lp, ent = jax.lax.map(one, (hf, tf)) if chunks > 1 else jax.tree.map(lambda x: x[None], one((hf[0], tf[0])))
-    lp = lp.reshape(-1)[:n].reshape(b, t)
-    ent = ent.reshape(-1)[:n].reshape(b, t)
+    hf = jnp.pad(h_prev.reshape(n, d), ((0, chunks * c - n), (0, 0)))
+    tf = jnp.pad(tokens.reshape(n), (0, chunks * c - n))
+    w, vocab_major = model.head_weight(h.dtype)
+    lp, ent = vocab_logprobs(hf, tf, w, temperature, chunk=c, vocab_major=vocab_major)
+    lp = lp[:n].reshape(b, t)
+    ent = ent[:n].reshape(b, t)
     return jnp.where(valid, lp, 0.0), jnp.where(valid, ent, 0.0)
 
 

@@ -70,11 +70,16 @@ class Transformer(nnx.Module):
             cache = KVCache(k=tuple(ks), v=tuple(vs), segment_ids=kv_seg, end=end + tokens.shape[1])
         return h, cache
 
+    def head_weight(self, dtype) -> tuple[Array, bool]:
+        """(the vocab projection in `dtype`, whether it is [V,D] (the tied embedding) rather than [D,V])."""
+        if self.cfg.tie_word_embeddings:
+            return self.embed[...].astype(dtype), True
+        return self.lm_head[...].astype(dtype), False
+
     def logits(self, h: Array) -> Array:
         """h[B,T,D] -> logits f32[B,T,V]."""
-        if self.cfg.tie_word_embeddings:
-            return jnp.einsum("BTD,VD->BTV", h, self.embed[...].astype(h.dtype), preferred_element_type=jnp.float32)
-        return jnp.einsum("BTD,DV->BTV", h, self.lm_head[...].astype(h.dtype), preferred_element_type=jnp.float32)
+        w, vocab_major = self.head_weight(h.dtype)
+        return jnp.einsum("BTD,VD->BTV" if vocab_major else "BTD,DV->BTV", h, w, preferred_element_type=jnp.float32)
 
     def value(self, h: Array) -> Array:
         """The critic's scalar head: h[B,T,D] -> f32[B,T]."""

@@ -1,0 +1,123 @@
+"""Per-token log-probs and entropy of the vocab head, chunked over tokens, with a hand-written backward pass.
+
+`vocab_logprobs(h, targets, w, ...)` is what autodiff of `log_softmax(h @ W^T / temperature)` would give, with
+memory O(chunk * V) instead of O(N * V): the forward pass keeps only each token's log-normaliser and entropy, and
+the backward pass recomputes one chunk of logits at a time. Writing the backward by hand (rather than
+`jax.checkpoint` around the chunk) saves work autodiff cannot see is unneeded:
+
+- one fused pass gives the logits' cotangent `g_lp * (onehot - p)`, with no scatter and no transposed copy of
+  the [chunk, V] block for the weight gradient;
+- the entropy's gradient is computed only when something differentiates the entropy (symbolic zeros): the
+  learner reports entropy as a metric and adds it to the loss only with an entropy bonus.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+
+def vocab_logprobs(
+    h: Array, targets: Array, w: Array, temperature: Array | float, *, chunk: int, vocab_major: bool
+) -> tuple[Array, Array]:
+    """h[N,D], targets int[N], w the head ([V,D] when `vocab_major`, else [D,V]) -> (logprob, entropy) f32[N]
+    of the softmax of h @ head / temperature. N must be a multiple of `chunk`. Differentiable in h, w and
+    temperature."""
+    n = h.shape[0]
+    if n % chunk:
+        raise ValueError(f"vocab_logprobs: {n} tokens are not a multiple of chunk {chunk}")
+    return _vocab_logprobs(h, targets, w, jnp.asarray(temperature, jnp.float32), chunk, vocab_major)
+
+
+def _logits(hc: Array, w: Array, inv_t: Array, vocab_major: bool) -> Array:
+    """hc[C,D] -> f32[C,V] logits / temperature."""
+    dims = (((1,), (1,)), ((), ())) if vocab_major else (((1,), (0,)), ((), ()))
+    return jax.lax.dot_general(hc, w, dims, preferred_element_type=jnp.float32) * inv_t
+
+
+def _chunk_fwd(hc, tc, w, inv_t, vocab_major):
+    z = _logits(hc, w, inv_t, vocab_major)
+    m = jnp.max(z, axis=-1, keepdims=True)
+    e = jnp.exp(z - m)
+    s = jnp.sum(e, axis=-1)
+    lse = m[:, 0] + jnp.log(s)
+    zt = jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0]
+    ent = lse - jnp.sum(e * z, axis=-1) / s  # H = lse - E_p[z]
+    return zt - lse, ent, lse
+
+
+def _map_chunks(fn, chunk, *xs):
+    """fn over [C]-row chunks of xs (leading axis N), results stacked back to N rows; no loop for one chunk."""
+    k = xs[0].shape[0] // chunk
+    if k == 1:
+        return fn(*xs)
+    split = [x.reshape(k, chunk, *x.shape[1:]) for x in xs]
+    out = jax.lax.map(lambda a: fn(*a), tuple(split))
+    return jax.tree.map(lambda y: y.reshape(k * chunk, *y.shape[2:]), out)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _vocab_logprobs(h, targets, w, temperature, chunk, vocab_major):
+    lp, ent, _ = _map_chunks(lambda hc, tc: _chunk_fwd(hc, tc, w, 1.0 / temperature, vocab_major), chunk, h, targets)
+    return lp, ent
+
+
+def _fwd(h, targets, w, temperature, chunk, vocab_major):
+    h, targets, w, temperature = (x.value for x in (h, targets, w, temperature))
+    lp, ent, lse = _map_chunks(lambda hc, tc: _chunk_fwd(hc, tc, w, 1.0 / temperature, vocab_major), chunk, h, targets)
+    return (lp, ent), (h, targets, w, temperature, lse, ent)
+
+
+def _bwd(chunk, vocab_major, res, cts):
+    h, targets, w, temperature, lse, ent = res
+    g_lp, g_ent = cts
+    zero = lambda g: isinstance(g, jax.custom_derivatives.SymbolicZero)
+    n = h.shape[0]
+    g_lp = jnp.zeros((n,), jnp.float32) if zero(g_lp) else g_lp
+    ent_grad = not zero(g_ent)
+    inv_t = 1.0 / temperature
+    cdims_h = (((1,), (0,)), ((), ())) if vocab_major else (((1,), (1,)), ((), ()))  # gz[C,V] . w -> [C,D]
+    wdims = (((0,), (0,)), ((), ()))  # gz[C,V]^T h[C,D] -> [V,D], or h^T gz -> [D,V]
+
+    def grads(hc, tc, lse_c, ent_c, glp_c, gent_c):
+        z = _logits(hc, w, inv_t, vocab_major)
+        p = jnp.exp(z - lse_c[:, None])
+        onehot = jnp.arange(z.shape[-1], dtype=tc.dtype)[None, :] == tc[:, None]
+        # d lp / dz = onehot - p;  d H / dz = -p (z - lse + H)
+        gz = jnp.where(onehot, glp_c[:, None], 0.0) - glp_c[:, None] * p
+        if ent_grad:
+            gz = gz - gent_c[:, None] * p * (z - lse_c[:, None] + ent_c[:, None])
+        g_t = -jnp.sum(gz * z, axis=-1) * inv_t  # z = (h w) / t  =>  dz/dt = -z / t
+        gz = (gz * inv_t).astype(hc.dtype)
+        dh = jax.lax.dot_general(gz, w, cdims_h, preferred_element_type=jnp.float32).astype(hc.dtype)
+        if vocab_major:
+            dw = jax.lax.dot_general(gz, hc, wdims, preferred_element_type=jnp.float32)
+        else:
+            dw = jax.lax.dot_general(hc, gz, wdims, preferred_element_type=jnp.float32)
+        return dh, dw, g_t
+
+    g_ent_arr = jnp.zeros((n,), jnp.float32) if not ent_grad else g_ent
+    k = n // chunk
+    if k == 1:
+        dh, dw, g_t = grads(h, targets, lse, ent, g_lp, g_ent_arr)
+        g_temp = jnp.sum(g_t)
+    else:
+        xs = tuple(x.reshape(k, chunk, *x.shape[1:]) for x in (h, targets, lse, ent, g_lp, g_ent_arr))
+
+        def body(carry, x):
+            dw_acc, gt_acc = carry
+            dh_c, dw_c, gt_c = grads(*x)
+            return (dw_acc + dw_c, gt_acc + jnp.sum(gt_c)), dh_c
+
+        (dw, g_temp), dh = jax.lax.scan(body, (jnp.zeros(w.shape, jnp.float32), jnp.zeros((), jnp.float32)), xs)
+        dh = dh.reshape(n, -1)
+    t_zero = np.zeros(targets.shape, jax.dtypes.float0)
+    return dh, t_zero, dw.astype(w.dtype), g_temp
+
+
+_vocab_logprobs.defvjp(_fwd, _bwd, symbolic_zeros=True)
