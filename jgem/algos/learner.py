@@ -56,6 +56,9 @@ class LearnerConfig:
     micro_batch_size: int | None = None  # rows per gradient-accumulation step; None: the whole minibatch
     shuffle: bool = True  # reshuffle rows between minibatches each epoch (only when minibatches > 1)
     logprob_chunk_size: int = 1024  # tokens per vocab-projection chunk (memory O(chunk * V))
+    # keep a micro-batch's float32 logits for the backward pass (no vocab matmul there) when they fit in this
+    # many MB; above it they are recomputed chunk by chunk. 0: always recompute
+    keep_logits_mb: float = 512.0
     # critic (PPO with GAE); used only when the TrainState has critic params
     critic_lr: float = 1e-5
     critic_max_grad_norm: float | None = 1.0
@@ -75,6 +78,7 @@ class LearnerConfig:
             ),
             (self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1"),
             (self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size must be >= 1 or None"),
+            (self.keep_logits_mb >= 0, f"keep_logits_mb must be >= 0, got {self.keep_logits_mb}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -202,6 +206,7 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         batch.segment_ids,
         chunk_size=cfg.logprob_chunk_size,
         temperature=cfg.temperature,
+        keep_logits_mb=cfg.keep_logits_mb,
     )
     mask = batch.loss_mask
     if cfg.policy_loss == "ppo":

@@ -9,6 +9,9 @@ the backward pass recomputes one chunk of logits at a time. Writing the backward
   the [chunk, V] block for the weight gradient;
 - the entropy's gradient is computed only when something differentiates the entropy (symbolic zeros): the
   learner reports entropy as a metric and adds it to the loss only with an entropy bonus.
+
+`keep_logits=True` trades the memory back for speed: the forward pass keeps the logits and the backward pass
+skips its vocab matmul (the learner does so when they fit in `LearnerConfig.keep_logits_mb`).
 """
 
 from __future__ import annotations
@@ -23,15 +26,23 @@ Array = jax.Array
 
 
 def vocab_logprobs(
-    h: Array, targets: Array, w: Array, temperature: Array | float, *, chunk: int, vocab_major: bool
+    h: Array,
+    targets: Array,
+    w: Array,
+    temperature: Array | float,
+    *,
+    chunk: int,
+    vocab_major: bool,
+    keep_logits: bool = False,
 ) -> tuple[Array, Array]:
     """h[N,D], targets int[N], w the head ([V,D] when `vocab_major`, else [D,V]) -> (logprob, entropy) f32[N]
     of the softmax of h @ head / temperature. N must be a multiple of `chunk`. Differentiable in h, w and
-    temperature."""
+    temperature. With `keep_logits` the forward pass keeps all N x V logits (f32) for the backward pass instead
+    of recomputing them: one vocab matmul less, for N * V * 4 bytes of memory."""
     n = h.shape[0]
     if n % chunk:
         raise ValueError(f"vocab_logprobs: {n} tokens are not a multiple of chunk {chunk}")
-    return _vocab_logprobs(h, targets, w, jnp.asarray(temperature, jnp.float32), chunk, vocab_major)
+    return _vocab_logprobs(h, targets, w, jnp.asarray(temperature, jnp.float32), chunk, vocab_major, keep_logits)
 
 
 def _logits(hc: Array, w: Array, inv_t: Array, vocab_major: bool) -> Array:
@@ -48,7 +59,7 @@ def _chunk_fwd(hc, tc, w, inv_t, vocab_major):
     lse = m[:, 0] + jnp.log(s)
     zt = jnp.take_along_axis(z, tc[:, None], axis=-1)[:, 0]
     ent = lse - jnp.sum(e * z, axis=-1) / s  # H = lse - E_p[z]
-    return zt - lse, ent, lse
+    return zt - lse, ent, lse, z
 
 
 def _map_chunks(fn, chunk, *xs):
@@ -61,20 +72,25 @@ def _map_chunks(fn, chunk, *xs):
     return jax.tree.map(lambda y: y.reshape(k * chunk, *y.shape[2:]), out)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _vocab_logprobs(h, targets, w, temperature, chunk, vocab_major):
-    lp, ent, _ = _map_chunks(lambda hc, tc: _chunk_fwd(hc, tc, w, 1.0 / temperature, vocab_major), chunk, h, targets)
-    return lp, ent
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _vocab_logprobs(h, targets, w, temperature, chunk, vocab_major, keep_logits):
+    fwd = lambda hc, tc: _chunk_fwd(hc, tc, w, 1.0 / temperature, vocab_major)[:2]
+    return _map_chunks(fwd, chunk, h, targets)
 
 
-def _fwd(h, targets, w, temperature, chunk, vocab_major):
+def _fwd(h, targets, w, temperature, chunk, vocab_major, keep_logits):
     h, targets, w, temperature = (x.value for x in (h, targets, w, temperature))
-    lp, ent, lse = _map_chunks(lambda hc, tc: _chunk_fwd(hc, tc, w, 1.0 / temperature, vocab_major), chunk, h, targets)
-    return (lp, ent), (h, targets, w, temperature, lse, ent)
+
+    def fwd(hc, tc):
+        lp, ent, lse, z = _chunk_fwd(hc, tc, w, 1.0 / temperature, vocab_major)
+        return (lp, ent, lse, z) if keep_logits else (lp, ent, lse)
+
+    lp, ent, lse, *z = _map_chunks(fwd, chunk, h, targets)
+    return (lp, ent), (h, targets, w, temperature, lse, ent, z[0] if keep_logits else None)
 
 
-def _bwd(chunk, vocab_major, res, cts):
-    h, targets, w, temperature, lse, ent = res
+def _bwd(chunk, vocab_major, keep_logits, res, cts):
+    h, targets, w, temperature, lse, ent, logits = res
     g_lp, g_ent = cts
     zero = lambda g: isinstance(g, jax.custom_derivatives.SymbolicZero)
     n = h.shape[0]
@@ -84,8 +100,8 @@ def _bwd(chunk, vocab_major, res, cts):
     cdims_h = (((1,), (0,)), ((), ())) if vocab_major else (((1,), (1,)), ((), ()))  # gz[C,V] . w -> [C,D]
     wdims = (((0,), (0,)), ((), ()))  # gz[C,V]^T h[C,D] -> [V,D], or h^T gz -> [D,V]
 
-    def grads(hc, tc, lse_c, ent_c, glp_c, gent_c):
-        z = _logits(hc, w, inv_t, vocab_major)
+    def grads(hc, tc, lse_c, ent_c, glp_c, gent_c, z=None):
+        z = _logits(hc, w, inv_t, vocab_major) if z is None else z
         p = jnp.exp(z - lse_c[:, None])
         onehot = jnp.arange(z.shape[-1], dtype=tc.dtype)[None, :] == tc[:, None]
         # d lp / dz = onehot - p;  d H / dz = -p (z - lse + H)
@@ -104,10 +120,11 @@ def _bwd(chunk, vocab_major, res, cts):
     g_ent_arr = jnp.zeros((n,), jnp.float32) if not ent_grad else g_ent
     k = n // chunk
     if k == 1:
-        dh, dw, g_t = grads(h, targets, lse, ent, g_lp, g_ent_arr)
+        dh, dw, g_t = grads(h, targets, lse, ent, g_lp, g_ent_arr, logits)
         g_temp = jnp.sum(g_t)
     else:
-        xs = tuple(x.reshape(k, chunk, *x.shape[1:]) for x in (h, targets, lse, ent, g_lp, g_ent_arr))
+        rows = (h, targets, lse, ent, g_lp, g_ent_arr) + ((logits,) if keep_logits else ())
+        xs = tuple(x.reshape(k, chunk, *x.shape[1:]) for x in rows)
 
         def body(carry, x):
             dw_acc, gt_acc = carry

@@ -40,12 +40,15 @@ def token_logprobs(
     *,
     chunk_size: int = 1024,
     temperature: float = 1.0,
+    keep_logits_mb: float = 0.0,
 ) -> tuple[Array, Array]:
     """logprobs, entropy f32[B,T]: logprobs[:, t] = log p(tokens[:, t] | tokens[:, <t]); entropy[:, t] is the
     entropy of that predictive distribution. Both are 0 at t=0, at segment starts and on padding (segment 0).
 
     The vocab projection runs over chunks of `chunk_size` tokens, recomputed in the backward pass
-    (`jgem.models.head`), so memory stays O(chunk_size * V) whatever B*T is. Differentiable.
+    (`jgem.models.head`), so memory stays O(chunk_size * V) whatever B*T is; unless all B*T x V float32 logits
+    take at most `keep_logits_mb` MB: then they are computed in one piece and the backward pass reuses them.
+    Differentiable.
     """
     h, _ = model.hidden(tokens, positions, segment_ids=segment_ids)
     b, t, d = h.shape
@@ -57,12 +60,13 @@ def token_logprobs(
         prev_seg = jnp.concatenate([jnp.zeros((b, 1), segment_ids.dtype), segment_ids[:, :-1]], axis=1)
         valid = ~first & (segment_ids == prev_seg) & (segment_ids != 0)
     n = b * t
-    c = max(1, min(chunk_size, n))
+    keep = n * model.cfg.vocab_size * 4 <= keep_logits_mb * 2**20
+    c = n if keep else max(1, min(chunk_size, n))  # kept logits need no chunking: one bigger matmul
     chunks = math.ceil(n / c)
     hf = jnp.pad(h_prev.reshape(n, d), ((0, chunks * c - n), (0, 0)))
     tf = jnp.pad(tokens.reshape(n), (0, chunks * c - n))
     w, vocab_major = model.head_weight(h.dtype)
-    lp, ent = vocab_logprobs(hf, tf, w, temperature, chunk=c, vocab_major=vocab_major)
+    lp, ent = vocab_logprobs(hf, tf, w, temperature, chunk=c, vocab_major=vocab_major, keep_logits=keep)
     lp = lp[:n].reshape(b, t)
     ent = ent[:n].reshape(b, t)
     return jnp.where(valid, lp, 0.0), jnp.where(valid, ent, 0.0)

@@ -31,7 +31,8 @@ def _inputs(vocab_major, seed=0):
 @pytest.mark.parametrize("vocab_major", [True, False])
 @pytest.mark.parametrize("chunk", [12, 4, 1])
 @pytest.mark.parametrize("with_entropy", [True, False])
-def test_values_and_grads_match_autodiff(vocab_major, chunk, with_entropy):
+@pytest.mark.parametrize("keep_logits", [False, True])
+def test_values_and_grads_match_autodiff(vocab_major, chunk, with_entropy, keep_logits):
     h, targets, w, a, b = _inputs(vocab_major)
     temperature = jnp.float32(0.7)
     ent_coef = 1.0 if with_entropy else 0.0
@@ -41,7 +42,9 @@ def test_values_and_grads_match_autodiff(vocab_major, chunk, with_entropy):
         # without the entropy term the entropy's cotangent is a symbolic zero: the shortcut path
         return jnp.sum(a * lp) + (jnp.sum(b * ent) if with_entropy else 0.0) * ent_coef
 
-    ours = lambda h, t, w: vocab_logprobs(h, targets, w, t, chunk=chunk, vocab_major=vocab_major)
+    ours = lambda h, t, w: vocab_logprobs(
+        h, targets, w, t, chunk=chunk, vocab_major=vocab_major, keep_logits=keep_logits
+    )
     ref = lambda h, t, w: _plain(h, targets, w, t, vocab_major)
     for x, y in zip(jax.jit(ours)(h, temperature, w), ref(h, temperature, w)):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
