@@ -3,7 +3,8 @@
 Same config, same weights (written by jgem's save_pretrained, read by transformers), same batch shape, one
 process; jgem and torch steps are interleaved so machine load hits both alike. MFU is against this machine's
 matmul peak measured in the same run, before every step pair (best of jax and torch on a 2048^3 matmul, 8192^3
-on a GPU): model FLOPs over the median step time over the highest peak measured.
+on a GPU): model FLOPs over the median step time over the highest peak measured. Rounds: `--steps`, or more
+when those would take under `--min-seconds` (the tiny model's 0.2 s steps get ~50 rounds).
 
     .venv/bin/python bench/train_step.py --sizes tiny 100m --batch 8 --seq 256 --steps 5
     python bench/train_step.py --dtype bfloat16 --sizes 100m qwen3-0.6b --seq 1024   # on a GPU: both on the GPU
@@ -163,10 +164,13 @@ def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig, dtype: str):
     return step
 
 
-def bench_size(name: str, b: int, t: int, steps: int, dtype: str, warmup: int) -> None:
+def bench_size(
+    name: str, b: int, t: int, steps: int, dtype: str, warmup: int, min_seconds: float, keep_logits_mb: float
+) -> None:
     cfg = preset(name, dtype=dtype)  # parameters stay float32
     data = make_batch(cfg, b, t)
-    lcfg = LearnerConfig(lr=1e-5, weight_decay=0.01, max_grad_norm=1.0)  # default logprob chunks (1024 tokens)
+    # default logprob chunks (1024 tokens); logits kept for the backward pass when they fit in keep_logits_mb
+    lcfg = LearnerConfig(lr=1e-5, weight_decay=0.01, max_grad_norm=1.0, keep_logits_mb=keep_logits_mb)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
     with tempfile.TemporaryDirectory() as d:
         save_pretrained(model, cfg, d)
@@ -174,13 +178,16 @@ def bench_size(name: str, b: int, t: int, steps: int, dtype: str, warmup: int) -
     j_step = jgem_step(model, data, lcfg)
     tc = _timed(j_step)  # compile + first step
     t_step()
+    pair = 0.0
     for _ in range(warmup):  # untimed: the first steps fault in the host buffers they will reuse
-        j_step()
-        t_step()
+        pair = _timed(j_step) + _timed(t_step)
+    # small models: more rounds (at least min_seconds of steps), so the medians are not a few noisy samples
+    rounds = max(steps, int(min_seconds / max(pair, 1e-3)))
     times = {"jgem": [], "torch": []}
     peaks = []
-    for _ in range(steps):  # interleaved, with the peak re-measured each round: load on a shared box drifts
-        peaks.append(max(matmul_peak(dtype, reps=3).values()))
+    for i in range(rounds):  # interleaved, with the peak re-measured each round: load on a shared box drifts
+        if i < steps:  # the peak takes ~0.5 s: measured in the first rounds only
+            peaks.append(max(matmul_peak(dtype, reps=3).values()))
         times["jgem"].append(_timed(j_step))
         times["torch"].append(_timed(t_step))
     flops = train_flops_per_token(cfg, t) * b * t
@@ -203,7 +210,7 @@ def bench_size(name: str, b: int, t: int, steps: int, dtype: str, warmup: int) -
             gflops=round(flops / med / 1e9, 1),
             mfu=round(mfu, 3),
             peak_gflops=round(max(peaks), 1),
-            steps=steps,
+            steps=rounds,
             **extra,
         )
     emit(bench="train_step", size=name, ratio_jgem_over_torch=round(res["jgem"] / res["torch"], 3))
@@ -216,6 +223,10 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps of each after the first")
+    ap.add_argument("--min-seconds", type=float, default=20.0, help="time at least this long (more rounds)")
+    ap.add_argument(
+        "--keep-logits-mb", type=float, default=LearnerConfig.keep_logits_mb, help="jgem's LearnerConfig field"
+    )
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="compute dtype")
     hostmem.add_flag(ap)
     args = ap.parse_args()
@@ -232,7 +243,9 @@ def main() -> None:
         device=str(jax.devices()[0]),
     )
     for name in args.sizes:
-        bench_size(name, args.batch, args.seq, args.steps, args.dtype, args.warmup)
+        bench_size(
+            name, args.batch, args.seq, args.steps, args.dtype, args.warmup, args.min_seconds, args.keep_logits_mb
+        )
 
 
 if __name__ == "__main__":
