@@ -25,7 +25,7 @@ import jax, jax.numpy as jnp
 f = jax.jit(lambda x: jnp.concatenate([x * 2.0, x + 1.0]))  # a fresh 96 MB output buffer per call
 x = jnp.ones((12 << 20,), jnp.float32)
 faults = []
-for i in range(24):
+for i in range(40):
     r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     y = f(x)
     y.block_until_ready()
@@ -49,10 +49,11 @@ def _run(env_value: str | None) -> dict:
 def test_freed_buffers_are_reused_instead_of_faulted_in_again():
     kept = _run("1")
     assert kept["applied"] and kept["again"]
-    # 96 MB is 24,576 pages. The single heap fragments (small allocations split freed blocks), so some calls
-    # still grow it, at times late; most calls reuse a freed block and touch no new page.
-    reused = sum(f < 1_000 for f in kept["faults"][1:])
-    assert reused >= len(kept["faults"][1:]) // 2, kept
+    # 96 MB is 24,576 pages. The single heap fragments while it grows (small allocations split freed blocks), so
+    # the first calls (2 to ~15 of them, depending on thread timing) still grow it; once it has grown, the calls
+    # reuse a freed block and touch no new page.
+    reused = sum(f < 1_000 for f in kept["faults"][-10:])
+    assert reused >= 8, kept
 
 
 def test_off_by_default_glibc_unmaps_and_faults_in_each_buffer():
