@@ -397,6 +397,7 @@ class Trainer:
                 "eval_episodes",
                 "checkpoint_every",
                 "keep_checkpoints",
+                "learner.keep_logits_mb",  # memory vs speed only (the same log-probs); older runs lack it
             ),
         )
         logger = MetricsLogger(
