@@ -182,7 +182,7 @@ def bench_size(
     for _ in range(warmup):  # untimed: the first steps fault in the host buffers they will reuse
         pair = _timed(j_step) + _timed(t_step)
     # small models: more rounds (at least min_seconds of steps), so the medians are not a few noisy samples
-    rounds = max(steps, int(min_seconds / max(pair, 1e-3)))
+    rounds = max(steps, int(min_seconds / pair)) if pair else steps  # no warm-up pair timed: no estimate
     times = {"jgem": [], "torch": []}
     peaks = []
     for i in range(rounds):  # interleaved, with the peak re-measured each round: load on a shared box drifts
