@@ -12,7 +12,7 @@ from flax import nnx
 
 from jgem.models.config import ModelConfig
 from jgem.models.kvcache import KVCache, init_cache
-from jgem.models.layers import Block, RMSNorm, param, rope_inv_freq, rope_tables
+from jgem.models.layers import Block, RMSNorm, dense_out_in, out_in_active, param, rope_inv_freq, rope_tables
 
 __all__ = ["KVCache", "Transformer", "init_cache", "attention_mask"]
 
@@ -71,14 +71,17 @@ class Transformer(nnx.Module):
         return h, cache
 
     def head_weight(self, dtype) -> tuple[Array, bool]:
-        """(the vocab projection in `dtype`, whether it is [V,D] (the tied embedding) rather than [D,V])."""
+        """(the vocab projection in `dtype`, whether it is [V,D] (the tied embedding, or `lm_head` in a state
+        converted for `out_in_weights`) rather than [D,V])."""
         if self.cfg.tie_word_embeddings:
             return self.embed[...].astype(dtype), True
-        return self.lm_head[...].astype(dtype), False
+        return self.lm_head[...].astype(dtype), out_in_active()
 
     def logits(self, h: Array) -> Array:
         """h[B,T,D] -> logits f32[B,T,V]."""
         w, vocab_major = self.head_weight(h.dtype)
+        if vocab_major and out_in_active():  # decode: [V,D] @ h^T, the weight streamed as the left operand
+            return dense_out_in(h, w, preferred_element_type=jnp.float32)
         return jnp.einsum("BTD,VD->BTV" if vocab_major else "BTD,DV->BTV", h, w, preferred_element_type=jnp.float32)
 
     def value(self, h: Array) -> Array:

@@ -155,3 +155,37 @@ def test_mesh_over_data_equals_one_device(model):
         np.testing.assert_array_equal(a.tokens, b.tokens)
         np.testing.assert_array_equal(a.lengths, b.lengths)
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "cfg", [tiny_cfg("qwen3", tie_word_embeddings=True), tiny_cfg("qwen2"), tiny_cfg("llama")], ids=lambda c: c.family
+)
+def test_out_in_decode_equals_stored_layout(cfg):
+    """Decoding on [out, in] copies of the projections (the CPU default) gives the same tokens and log-probs as the
+    stored layout, tied or untied head, with or without qkv biases; the copies are reused while the params are the
+    same arrays and remade when they change."""
+    m = Transformer(cfg, rngs=nnx.Rngs(3))
+    m.embed[...] = m.embed[...] * 25.0
+    stored = Sampler(cfg, eos_ids=[], max_prompt_buckets=(16,), out_in_decode=False)
+    out_in = Sampler(cfg, eos_ids=[], max_prompt_buckets=(16,), out_in_decode=True)
+    assert out_in.out_in_decode and not stored.out_in_decode
+    assert Sampler(cfg, eos_ids=[]).out_in_decode == (jax.default_backend() == "cpu")
+    graphdef, state = nnx.split(m)
+    for kw in (dict(greedy=True), dict(temperature=0.9, top_k=30)):
+        a = stored.generate((graphdef, state), PROMPTS, jax.random.key(2), max_new_tokens=8, **kw)
+        b = out_in.generate((graphdef, state), PROMPTS, jax.random.key(2), max_new_tokens=8, **kw)
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        np.testing.assert_array_equal(a.lengths, b.lengths)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
+    copies = out_in._out_in[1]
+    n_proj = 7 * cfg.num_layers + (0 if cfg.tie_word_embeddings else 1)
+    assert len(copies) == n_proj
+    out_in.generate((graphdef, state), PROMPTS, jax.random.key(2), max_new_tokens=2)
+    assert out_in._out_in[1] is copies  # same params: the copies are reused
+    # New param arrays (a trainer's update): new copies, and the tokens follow the new weights.
+    state2 = jax.tree.map(lambda x: x * 1.5 if x.ndim >= 2 else x, state)
+    a = stored.generate((graphdef, state2), PROMPTS, jax.random.key(2), max_new_tokens=8, greedy=True)
+    b = out_in.generate((graphdef, state2), PROMPTS, jax.random.key(2), max_new_tokens=8, greedy=True)
+    assert out_in._out_in[1] is not copies
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)

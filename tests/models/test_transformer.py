@@ -1,3 +1,5 @@
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,6 +123,28 @@ def test_bfloat16_params_and_compute():
     # Same init (seed 0), rounded to bf16: logits agree to bf16 precision.
     assert float(jnp.max(jnp.abs(out - ref[:, :8]))) < 0.05 * float(jnp.max(jnp.abs(ref)))
     assert float(jnp.max(jnp.abs(out - ref[:, :8]))) > 0  # it really computed in bf16
+
+
+@pytest.mark.parametrize("n_in", [1, 2])
+def test_out_in_projection_equals_stored_layout(n_in):
+    """A projection read as a to_out_in copy inside out_in_weights equals the stored [in..., out...] one, for one
+    input axis (q: [D, N, H]) and two (o: [N, H, D])."""
+    from jgem.models.layers import out_in_active, out_in_weights, project, to_out_in
+
+    rs = np.random.RandomState(0)
+    shape = (8, 3, 4) if n_in == 1 else (3, 4, 8)
+    w = jnp.asarray(rs.normal(size=shape), jnp.float32)
+    x = jnp.asarray(rs.normal(size=(2, 5, math.prod(shape[:n_in]))), jnp.float32)
+    ref = project(x, nnx.Param(w))
+    wt = to_out_in(w, n_in)
+    assert wt.shape == (math.prod(shape[n_in:]), math.prod(shape[:n_in]))
+    assert not out_in_active()
+    with out_in_weights():
+        assert out_in_active()
+        ours = jax.jit(project)(x, nnx.Param(wt))
+    assert not out_in_active()
+    assert ours.shape == ref.shape == (2, 5, math.prod(shape[n_in:]))
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
