@@ -5,7 +5,8 @@ Prints one JSON line per (model, batch) plus one for the machine's f32 matmul pe
     .venv/bin/python bench/generate.py --models tiny --batches 1 --reps 1
     python bench/generate.py --dtype bfloat16 --models 100m qwen3-0.6b   # on a GPU: both on the GPU
 Tokens/s count generated tokens (batch * new tokens) over the wall time of a whole generate call
-(prefill included, compilation excluded: one warm-up call first). Achieved FLOP/s uses 2 * matmul params
+(prefill included, compilation excluded: one warm-up call first; on CPU every call also makes the sampler's
+[out, in] weight copies, as the first call after a learner update does). Achieved FLOP/s uses 2 * matmul params
 per token (+ attention over the cache) over the same time, against the matmul peak in the same dtype (the
 highest of the start and a re-measure before each jgem run: `peak_gflops` in each row). On a
 GPU the run also measures the memory bandwidth (a large device copy) and reports the fraction of it that the
@@ -102,6 +103,7 @@ def bench_jgem(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: i
 
     def run():
         nonlocal out
+        sampler.clear_cache()  # every call pays for its [out, in] weight copies, as after each learner update
         out = sampler.generate(gs, plist, jax.random.key(0), max_new_tokens=new, greedy=True)
         out.tokens.block_until_ready()
 

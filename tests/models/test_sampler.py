@@ -169,7 +169,7 @@ def test_out_in_decode_equals_stored_layout(cfg):
     stored = Sampler(cfg, eos_ids=[], max_prompt_buckets=(16,), out_in_decode=False)
     out_in = Sampler(cfg, eos_ids=[], max_prompt_buckets=(16,), out_in_decode=True)
     assert out_in.out_in_decode and not stored.out_in_decode
-    assert Sampler(cfg, eos_ids=[]).out_in_decode == (jax.default_backend() == "cpu")
+    assert not Sampler(cfg, eos_ids=[]).out_in_decode  # auto: off for weights that fit in cache
     graphdef, state = nnx.split(m)
     for kw in (dict(greedy=True), dict(temperature=0.9, top_k=30)):
         a = stored.generate((graphdef, state), PROMPTS, jax.random.key(2), max_new_tokens=8, **kw)
@@ -189,3 +189,26 @@ def test_out_in_decode_equals_stored_layout(cfg):
     assert out_in._out_in[1] is not copies
     np.testing.assert_array_equal(a.tokens, b.tokens)
     np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
+
+
+def test_out_in_decode_default_follows_weight_size_and_batch():
+    from jgem.models.config import preset
+
+    big = Sampler(preset("100m"), eos_ids=[])  # 25 MB of projections per layer
+    assert big.out_in_decode == (jax.default_backend() == "cpu")
+    assert big._use_out_in(128) == big.out_in_decode and not big._use_out_in(256)
+    assert not Sampler(preset("tiny"), eos_ids=[])._use_out_in(32)  # 0.8 MB per layer: the copies cost more
+    assert Sampler(preset("tiny"), eos_ids=[], out_in_decode=True)._use_out_in(1024)  # forced: any batch
+
+
+def test_first_argmax_equals_argmax():
+    from jgem.models.sampler import first_argmax
+
+    rs = np.random.RandomState(0)
+    x = rs.normal(size=(6, 1000)).astype(np.float32)
+    x[1, [3, 700]] = 9.0  # a tie: the first index wins, as in jnp.argmax
+    x[2] = -np.inf
+    x[3, 999] = np.inf
+    x[4, :] = 0.0
+    np.testing.assert_array_equal(first_argmax(jnp.asarray(x)), np.argmax(x, -1))
+    assert first_argmax(jnp.asarray(x))[1] == 3
