@@ -145,7 +145,8 @@ def test_mesh_over_data_equals_one_device(model):
     prompts = PROMPTS + [[9, 9], [3] * 11, [7, 1, 7]]
     one = Sampler(CFG, eos_ids=[3], max_prompt_buckets=(16,))
     mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "tensor"))
-    eight = Sampler(CFG, eos_ids=[3], max_prompt_buckets=(16,), mesh=mesh)
+    # The 8-device sampler also decodes on [out, in] copies (made from the placed params, then sharded like them).
+    eight = Sampler(CFG, eos_ids=[3], max_prompt_buckets=(16,), mesh=mesh, out_in_decode=True)
     params = jax.device_put(nnx.state(model), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
     gs = (nnx.graphdef(model), params)
     for kw in (dict(greedy=True), dict(temperature=0.8, top_k=20)):
