@@ -11,7 +11,8 @@ for large blocks, no trimming of the heap top. Measured on that step: 12.4 s -> 
 once warm. The costs, and why it is opt-in:
 - resident memory never shrinks, and the single heap fragments: small allocations split freed blocks, so
   the heap settles above the working set (peak RSS 6.3 GB -> 9.1 GB on that step; with the 96 MB buffer per call of
-  tests/test_hostmem.py, the first 2 to ~15 calls still grow the heap, depending on thread timing);
+  tests/test_hostmem.py, the first 2 to ~15 calls, and now and then a later one, still grow the heap, depending
+  on thread timing);
 - every thread shares one arena, which can slow a process with many allocating threads (large env pools).
 
 Turn it on with `JGEM_KEEP_HOST_MEMORY=1` (experiments/train.py calls this first thing) or

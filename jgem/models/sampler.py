@@ -182,7 +182,7 @@ class Sampler:
     params are used as placed by the caller.
 
     `out_in_decode` runs the decode steps on a transposed copy of the projection weights ([out, in],
-    `jgem.models.layers.out_in_weights`), which XLA:CPU's few-row matmuls stream 12-30% faster when the weights do
+    `jgem.models.layers.out_in_weights`), which XLA:CPU's few-row matmuls stream 13-30% faster when the weights do
     not fit in cache. None (the default) turns it on for the CPU backend when one layer's projections take at least
     8 MiB, for batches up to 128 rows (measured: 8-128); True or False force it for every call. The copy is made
     once per parameter version (a jitted transpose, 0.1-0.2 s for 100M parameters) and kept for later calls with
