@@ -213,3 +213,39 @@ def test_first_argmax_equals_argmax():
     x[4, :] = 0.0
     np.testing.assert_array_equal(first_argmax(jnp.asarray(x)), np.argmax(x, -1))
     assert first_argmax(jnp.asarray(x))[1] == 3
+
+
+def test_decode_phase_ends():
+    from jgem.models.sampler import decode_phase_ends
+
+    assert decode_phase_ends(128, 4) == [32, 64, 96, 128]
+    assert decode_phase_ends(128, 1) == [128]
+    assert decode_phase_ends(100, 4) == [32, 64, 96, 100]  # runs of whole multiples of 8
+    assert decode_phase_ends(12, 4) == [8, 12]  # short generations: fewer phases
+    assert decode_phase_ends(1, 4) == [1]
+    with pytest.raises(ValueError, match="decode_phases must be >= 1"):
+        Sampler(CFG, eos_ids=[], decode_phases=0)
+
+
+@pytest.mark.parametrize("phases", [2, 5])
+def test_decode_phases_equal_one_loop(model, phases):
+    """Decoding in phases, each over a cache only as long as the slots filled by its end, gives the tokens,
+    log-probs and lengths of one loop over the whole cache: greedy and sampled, with and without a row that stops
+    on EOS in a later phase."""
+    one = Sampler(CFG, eos_ids=[], max_prompt_buckets=(16, 32), decode_phases=1)
+    greedy = np.asarray(one.generate(model, PROMPTS, jax.random.key(0), max_new_tokens=40, greedy=True).tokens)
+    eos = int(greedy[2, 11])  # row 2 stops after its first phase boundary (step 8 with 5 phases)
+    expected = [_expected_length(row.tolist(), {eos}, [], 40) for row in greedy]
+    assert 8 < expected[2] < 40 and max(expected) == 40, expected
+    kw_all = (dict(greedy=True), dict(temperature=0.8, top_p=0.9), dict(temperature=1.2, top_k=20))
+    for eos_ids in ([], [eos]):
+        a_s = Sampler(CFG, eos_ids=eos_ids, max_prompt_buckets=(16, 32), decode_phases=1)
+        b_s = Sampler(CFG, eos_ids=eos_ids, max_prompt_buckets=(16, 32), decode_phases=phases)
+        for kw in kw_all:
+            a = a_s.generate(model, PROMPTS, jax.random.key(4), max_new_tokens=40, **kw)
+            b = b_s.generate(model, PROMPTS, jax.random.key(4), max_new_tokens=40, **kw)
+            np.testing.assert_array_equal(a.tokens, b.tokens)
+            np.testing.assert_array_equal(a.lengths, b.lengths)
+            np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+            if eos_ids and kw.get("greedy"):
+                assert np.asarray(b.lengths).tolist() == expected
