@@ -6,7 +6,8 @@ Prints one JSON line per (model, batch) plus one for the machine's f32 matmul pe
     python bench/generate.py --dtype bfloat16 --models 100m qwen3-0.6b   # on a GPU: both on the GPU
 Tokens/s count generated tokens (batch * new tokens) over the wall time of a whole generate call
 (prefill included, compilation excluded: one warm-up call first; on CPU every call also makes the sampler's
-[out, in] weight copies, as the first call after a learner update does). Achieved FLOP/s uses 2 * matmul params
+[out, in] weight copies, as the first call after a learner update does). The two run in turn, `--reps` rounds, and
+the best call of each is reported. Achieved FLOP/s uses 2 * matmul params
 per token (+ attention over the cache) over the same time, against the matmul peak in the same dtype (the
 highest of the start and a re-measure before each jgem run: `peak_gflops` in each row). On a
 GPU the run also measures the memory bandwidth (a large device copy) and reports the fraction of it that the
@@ -95,40 +96,50 @@ def model_flops(cfg: ModelConfig, batch: int, prompt: int, new: int) -> float:
     return float(total)
 
 
-def bench_jgem(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: int, reps: int) -> float:
+def jgem_call(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: int):
+    """A timed call of jgem's sampler (compiled on first use)."""
     sampler = Sampler(cfg, eos_ids=[], pad_id=0, max_prompt_buckets=(prompts.shape[1],))
     gs = nnx.split(model)
     plist = prompts.tolist()
-    out = None
 
     def run():
-        nonlocal out
         sampler.clear_cache()  # every call pays for its [out, in] weight copies, as after each learner update
         out = sampler.generate(gs, plist, jax.random.key(0), max_new_tokens=new, greedy=True)
         out.tokens.block_until_ready()
+        assert int(np.asarray(out.lengths).min()) == new, "every row must generate all tokens (no EOS here)"
 
-    best = _best(run, reps)
-    assert int(np.asarray(out.lengths).min()) == new, "every row must generate all tokens (no EOS in the benchmark)"
-    return best
+    return run
 
 
-def bench_torch(hf_model, prompts: np.ndarray, new: int, reps: int) -> float:
+def torch_call(hf_model, prompts: np.ndarray, new: int):
+    """A timed call of transformers' greedy `generate` on the same prompts."""
     import torch
 
     dev = hf_model.device
     ids = torch.tensor(prompts, device=dev)
     kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, eos_token_id=None, pad_token_id=0)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    shapes = []
 
     def run():
-        out = hf_model.generate(ids, **kw)
+        with torch.no_grad():
+            out = hf_model.generate(ids, **kw)
         sync()
-        shapes.append(out.shape[1])
+        assert out.shape[1] == prompts.shape[1] + new
 
-    with torch.no_grad():
-        best = _best(run, reps)
-    assert shapes[-1] == prompts.shape[1] + new
+    return run
+
+
+def best_interleaved(fns: dict, reps: int) -> dict:
+    """Best wall time of each call over `reps` rounds that run every call once, in turn: load on a shared box
+    drifts over minutes, and interleaving gives each side the same conditions. One warm-up call each first."""
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t)
     return best
 
 
@@ -138,7 +149,7 @@ def main() -> None:
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=3, help="timed repetitions; the best is reported")
+    ap.add_argument("--reps", type=int, default=5, help="timed rounds (jgem and transformers in turn); best reported")
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers peer")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and compute, both")
     hostmem.add_flag(ap)
@@ -168,7 +179,11 @@ def main() -> None:
             prompts = rs.randint(1, cfg.vocab_size, (b, args.prompt_len)).astype(np.int32)
             n_tok = b * args.new_tokens
             peak = max(peak, matmul_peak(args.dtype))  # re-measured: load on a shared box drifts; highest so far
-            t_j = bench_jgem(model, cfg, prompts, args.new_tokens, args.reps)
+            calls = {"jgem": jgem_call(model, cfg, prompts, args.new_tokens)}
+            if hf_model is not None:
+                calls["transformers"] = torch_call(hf_model, prompts, args.new_tokens)
+            best = best_interleaved(calls, args.reps)
+            t_j = best["jgem"]
             row = {
                 "bench": "generate",
                 "model": name,
@@ -187,7 +202,7 @@ def main() -> None:
                 gbs = decode_bytes(cfg, b, args.prompt_len, args.new_tokens) / t_j / 1e9
                 row.update(jgem_decode_gb_s=round(gbs, 1), jgem_frac_of_bw=round(gbs / bw, 3))
             if hf_model is not None:
-                t_t = bench_torch(hf_model, prompts, args.new_tokens, args.reps)
+                t_t = best["transformers"]
                 row.update(transformers_tok_s=round(n_tok / t_t, 1), speedup=round(t_t / t_j, 2))
             row["load_avg_1m"] = round(os.getloadavg()[0], 2)
             print(json.dumps(row), flush=True)

@@ -198,8 +198,8 @@ class Sampler:
 
     `decode_phases` splits the decode steps into that many runs (multiples of 8 steps), one `while_loop` each, whose
     cache holds only the slots filled by the run's end: with 4 phases a step attends to P + 5N/8 slots on average,
-    not P + N (P prompt bucket, N max_new_tokens). Each phase compiles its own loop body (the first call of a shape compiles
-    longer: 2.2 -> 3.5 s for the tiny preset, 13 -> 16 s for the 100m one); 1 gives one loop.
+    not P + N (P prompt bucket, N max_new_tokens). Each phase compiles its own loop body, so the first call of a
+    shape compiles longer (2.2 -> 3.5 s for the tiny preset, 13 -> 16 s for the 100m one); 1 gives one loop.
     """
 
     def __init__(
