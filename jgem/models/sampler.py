@@ -32,6 +32,7 @@ Array = jax.Array
 DEFAULT_PROMPT_BUCKETS = tuple(2**i for i in range(6, 16))  # 64 .. 32768
 OUT_IN_MIN_BYTES = 8 << 20  # `Sampler(out_in_decode=None)`: one layer's projections at least this big ...
 OUT_IN_MAX_BATCH = 128  # ... and at most this many rows per decode step
+MIN_PHASE_STEPS = 32  # `Sampler(decode_phases=...)`: the shortest decode phase, in steps
 
 
 # ---------------------------------------------------------------------- teacher-forced log-probs
@@ -158,10 +159,12 @@ def _grow(cache: KVCache, extra: int) -> KVCache:
     )
 
 
-def decode_phase_ends(max_new: int, phases: int) -> list[int]:
+def decode_phase_ends(max_new: int, phases: int, min_steps: int | None = None) -> list[int]:
     """The step at which each decode phase ends (the last is max_new): `phases` equal runs of steps, rounded up to
-    multiples of 8 (fewer phases when max_new is small)."""
-    chunk = -(-max_new // (8 * phases)) * 8
+    a multiple of 8 and at least `min_steps` (default MIN_PHASE_STEPS) long, so short generations take fewer
+    phases (one below 2 * min_steps): each phase compiles a loop body of its own."""
+    min_steps = MIN_PHASE_STEPS if min_steps is None else min_steps
+    chunk = max(min_steps, -(-max_new // (8 * phases)) * 8)
     return list(range(chunk, max_new, chunk)) + [max_new]
 
 
@@ -196,10 +199,11 @@ class Sampler:
     the same param arrays, such as the turns of a multi-turn rollout: it costs one more copy of those weights in
     memory (`clear_cache` frees it).
 
-    `decode_phases` splits the decode steps into that many runs (multiples of 8 steps), one `while_loop` each, whose
-    cache holds only the slots filled by the run's end: with 4 phases a step attends to P + 5N/8 slots on average,
-    not P + N (P prompt bucket, N max_new_tokens). Each phase compiles its own loop body, so the first call of a
-    shape compiles longer (2.2 -> 3.5 s for the tiny preset, 13 -> 16 s for the 100m one); 1 gives one loop.
+    `decode_phases` splits the decode steps into up to that many runs (multiples of 8 steps, at least
+    MIN_PHASE_STEPS long: one run for up to 32 new tokens), one `while_loop` each, whose cache holds only the slots
+    filled by the run's end: with 4 phases a step attends to P + 5N/8 slots on average, not P + N (P prompt bucket,
+    N max_new_tokens). Each phase compiles its own loop body, so the first call of a shape compiles longer
+    (2.2 -> 3.5 s for the tiny preset, 13 -> 16 s for the 100m one); 1 gives one loop.
     """
 
     def __init__(

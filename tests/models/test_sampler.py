@@ -220,18 +220,21 @@ def test_decode_phase_ends():
 
     assert decode_phase_ends(128, 4) == [32, 64, 96, 128]
     assert decode_phase_ends(128, 1) == [128]
-    assert decode_phase_ends(100, 4) == [32, 64, 96, 100]  # runs of whole multiples of 8
-    assert decode_phase_ends(12, 4) == [8, 12]  # short generations: fewer phases
+    assert decode_phase_ends(1000, 4) == [256, 512, 768, 1000]  # runs of whole multiples of 8
+    assert decode_phase_ends(100, 4) == [32, 64, 96, 100]
+    assert decode_phase_ends(48, 4) == [32, 48] and decode_phase_ends(32, 4) == [32]  # runs of >= 32 steps
+    assert decode_phase_ends(12, 4, min_steps=8) == [8, 12]
     assert decode_phase_ends(1, 4) == [1]
     with pytest.raises(ValueError, match="decode_phases must be >= 1"):
         Sampler(CFG, eos_ids=[], decode_phases=0)
 
 
 @pytest.mark.parametrize("phases", [2, 5])
-def test_decode_phases_equal_one_loop(model, phases):
+def test_decode_phases_equal_one_loop(model, phases, monkeypatch):
     """Decoding in phases, each over a cache only as long as the slots filled by its end, gives the tokens,
     log-probs and lengths of one loop over the whole cache: greedy and sampled, with and without a row that stops
     on EOS in a later phase."""
+    monkeypatch.setattr("jgem.models.sampler.MIN_PHASE_STEPS", 8)  # phases of 8 steps: 5 phases in 40 steps
     one = Sampler(CFG, eos_ids=[], max_prompt_buckets=(16, 32), decode_phases=1)
     greedy = np.asarray(one.generate(model, PROMPTS, jax.random.key(0), max_new_tokens=40, greedy=True).tokens)
     eos = int(greedy[2, 11])  # row 2 stops after its first phase boundary (step 8 with 5 phases)
