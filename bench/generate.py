@@ -96,9 +96,9 @@ def model_flops(cfg: ModelConfig, batch: int, prompt: int, new: int) -> float:
     return float(total)
 
 
-def jgem_call(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: int):
+def jgem_call(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: int, decode_phases: int = 4):
     """A timed call of jgem's sampler (compiled on first use)."""
-    sampler = Sampler(cfg, eos_ids=[], pad_id=0, max_prompt_buckets=(prompts.shape[1],))
+    sampler = Sampler(cfg, eos_ids=[], pad_id=0, max_prompt_buckets=(prompts.shape[1],), decode_phases=decode_phases)
     gs = nnx.split(model)
     plist = prompts.tolist()
 
@@ -152,6 +152,10 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5, help="timed rounds (jgem and transformers in turn); best reported")
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers peer")
+    ap.add_argument("--decode-phases", type=int, default=4, help="Sampler(decode_phases=...); 1: one decode loop")
+    ap.add_argument(
+        "--ab-decode-phases", type=int, default=None, help="also time jgem with this decode_phases, in the same rounds"
+    )
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and compute, both")
     hostmem.add_flag(ap)
     args = ap.parse_args()
@@ -180,7 +184,9 @@ def main() -> None:
             prompts = rs.randint(1, cfg.vocab_size, (b, args.prompt_len)).astype(np.int32)
             n_tok = b * args.new_tokens
             peak = max(peak, matmul_peak(args.dtype))  # re-measured: load on a shared box drifts; highest so far
-            calls = {"jgem": jgem_call(model, cfg, prompts, args.new_tokens)}
+            calls = {"jgem": jgem_call(model, cfg, prompts, args.new_tokens, args.decode_phases)}
+            if args.ab_decode_phases is not None:
+                calls["jgem_ab"] = jgem_call(model, cfg, prompts, args.new_tokens, args.ab_decode_phases)
             if hf_model is not None:
                 calls["transformers"] = torch_call(hf_model, prompts, args.new_tokens)
             times = interleaved(calls, args.reps)
@@ -195,6 +201,8 @@ def main() -> None:
                 "new_tokens": args.new_tokens,
                 "jgem_tok_s": round(n_tok / t_j, 1),
             }
+            if args.ab_decode_phases is not None:
+                row[f"jgem_decode_phases_{args.ab_decode_phases}_tok_s"] = round(n_tok / min(times["jgem_ab"]), 1)
             gflops = model_flops(cfg, b, args.prompt_len, args.new_tokens) / t_j / 1e9
             row.update(
                 jgem_gflops=round(gflops, 1), peak_gflops=round(peak, 1), jgem_frac_of_peak=round(gflops / peak, 3)
