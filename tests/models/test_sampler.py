@@ -229,8 +229,7 @@ def test_decode_phase_ends():
         Sampler(CFG, eos_ids=[], decode_phases=0)
 
 
-@pytest.mark.parametrize("phases", [2, 5])
-def test_decode_phases_equal_one_loop(model, phases, monkeypatch):
+def test_decode_phases_equal_one_loop(model, monkeypatch):
     """Decoding in phases, each over a cache only as long as the slots filled by its end, gives the tokens,
     log-probs and lengths of one loop over the whole cache: greedy and sampled, with and without a row that stops
     on EOS in a later phase."""
@@ -240,10 +239,10 @@ def test_decode_phases_equal_one_loop(model, phases, monkeypatch):
     eos = int(greedy[2, 11])  # row 2 stops after its first phase boundary (step 8 with 5 phases)
     expected = [_expected_length(row.tolist(), {eos}, [], 40) for row in greedy]
     assert 8 < expected[2] < 40 and max(expected) == 40, expected
-    kw_all = (dict(greedy=True), dict(temperature=0.8, top_p=0.9), dict(temperature=1.2, top_k=20))
+    kw_all = (dict(greedy=True), dict(temperature=0.8, top_p=0.9, top_k=20))
     for eos_ids in ([], [eos]):
         a_s = Sampler(CFG, eos_ids=eos_ids, max_prompt_buckets=(16, 32), decode_phases=1)
-        b_s = Sampler(CFG, eos_ids=eos_ids, max_prompt_buckets=(16, 32), decode_phases=phases)
+        b_s = Sampler(CFG, eos_ids=eos_ids, max_prompt_buckets=(16, 32), decode_phases=5)
         for kw in kw_all:
             a = a_s.generate(model, PROMPTS, jax.random.key(4), max_new_tokens=40, **kw)
             b = b_s.generate(model, PROMPTS, jax.random.key(4), max_new_tokens=40, **kw)
