@@ -162,7 +162,7 @@ def _grow(cache: KVCache, extra: int) -> KVCache:
 def decode_phase_ends(max_new: int, phases: int, min_steps: int | None = None) -> list[int]:
     """The step at which each decode phase ends (the last is max_new): `phases` equal runs of steps, rounded up to
     a multiple of 8 and at least `min_steps` (default MIN_PHASE_STEPS) long, so short generations take fewer
-    phases (one below 2 * min_steps): each phase compiles a loop body of its own."""
+    phases (one for up to min_steps steps): each phase compiles a loop body of its own."""
     min_steps = MIN_PHASE_STEPS if min_steps is None else min_steps
     chunk = max(min_steps, -(-max_new // (8 * phases)) * 8)
     return list(range(chunk, max_new, chunk)) + [max_new]
