@@ -241,7 +241,7 @@ def test_decode_phases_equal_one_loop(model, monkeypatch):
     assert 8 < expected[2] < 40 and max(expected) == 40, expected
     kw_all = (dict(greedy=True), dict(temperature=0.8, top_p=0.9, top_k=20))
     for eos_ids in ([], [eos]):
-        a_s = Sampler(CFG, eos_ids=eos_ids, max_prompt_buckets=(16, 32), decode_phases=1)
+        a_s = Sampler(CFG, eos_ids=eos_ids, max_prompt_buckets=(16, 32), decode_phases=1) if eos_ids else one
         b_s = Sampler(CFG, eos_ids=eos_ids, max_prompt_buckets=(16, 32), decode_phases=5)
         for kw in kw_all:
             a = a_s.generate(model, PROMPTS, jax.random.key(4), max_new_tokens=40, **kw)
