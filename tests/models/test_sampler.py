@@ -5,7 +5,8 @@ import pytest
 from flax import nnx
 from jax.sharding import Mesh
 
-from jgem.models.sampler import Sampler, token_logprobs
+from jgem.models.config import preset
+from jgem.models.sampler import Sampler, cpu_decode_mesh, sample_logits, token_logprobs
 from jgem.models.transformer import Transformer
 from tests.models.helpers import VOCAB, tiny_cfg
 
@@ -158,6 +159,37 @@ def test_mesh_over_data_equals_one_device(model):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
 
 
+def test_per_device_loops_equal_one_device(model, monkeypatch):
+    """A pure data mesh decodes each device's rows in a loop of its own (no per-step collective; a device stops
+    when its rows are done): the same tokens, lengths and log-probs as one device, sampled ones included, since
+    every row draws with a key of its own. Params not replicated over the mesh take the GSPMD path."""
+    traced = []
+    per_device = Sampler._generate_per_device
+    monkeypatch.setattr(Sampler, "_generate_per_device", lambda self, *a: traced.append(1) or per_device(self, *a))
+    rs = np.random.RandomState(1)
+    prompts = [rs.randint(4, VOCAB, rs.randint(1, 15)).tolist() for _ in range(12)]  # 16 rows: 2 per device
+    one = Sampler(CFG, eos_ids=[3], max_prompt_buckets=(16,))
+    mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+    eight = Sampler(CFG, eos_ids=[3], max_prompt_buckets=(16,), mesh=mesh)
+    rep = jax.device_put(nnx.state(model), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    for kw in (dict(greedy=True), dict(temperature=1.3), dict(temperature=0.8, top_k=20, top_p=0.9)):
+        a = one.generate(model, prompts, jax.random.key(7), max_new_tokens=12, **kw)
+        b = eight.generate((nnx.graphdef(model), rep), prompts, jax.random.key(7), max_new_tokens=12, **kw)
+        assert len(b.tokens.sharding.device_set) == 8
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        np.testing.assert_array_equal(a.lengths, b.lengths)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+    lens = np.asarray(a.lengths)
+    assert lens.min() < 12 and lens.max() == 12, lens  # rows stop at EOS at different steps
+    assert traced == [1] and eight.num_compilations == 1
+    # The embedding sharded over `data`: not replicated, so the loop runs once over all rows (GSPMD).
+    rows = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    rep["embed"] = rep["embed"].replace(jax.device_put(rep["embed"][...], rows))
+    b = eight.generate((nnx.graphdef(model), rep), prompts, jax.random.key(7), max_new_tokens=12, **kw)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    assert traced == [1] and eight.num_compilations == 2
+
+
 @pytest.mark.parametrize(
     "cfg", [tiny_cfg("qwen3", tie_word_embeddings=True), tiny_cfg("qwen2"), tiny_cfg("llama")], ids=lambda c: c.family
 )
@@ -213,6 +245,31 @@ def test_first_argmax_equals_argmax():
     x[4, :] = 0.0
     np.testing.assert_array_equal(first_argmax(jnp.asarray(x)), np.argmax(x, -1))
     assert first_argmax(jnp.asarray(x))[1] == 3
+
+
+def test_cpu_decode_mesh_only_where_it_pays():
+    devices = jax.devices()[:8]
+    mesh = cpu_decode_mesh(CFG, 32, devices)
+    assert mesh is not None and mesh.shape["data"] == 8 and mesh.size == 8
+    assert Sampler(CFG, eos_ids=[], mesh=mesh)._data_only
+    assert cpu_decode_mesh(CFG, 31, devices) is None  # fewer than CPU_MESH_MIN_ROWS rows per device
+    assert cpu_decode_mesh(CFG, 1024, devices[:1]) is None
+    assert cpu_decode_mesh(preset("100m"), 1024, devices) is None  # its dots already use the cores
+
+
+def test_sample_logits_draws_like_categorical():
+    """One key, or a key per row: the draw equals jax.random.categorical's (masked entries never drawn)."""
+    x = jax.random.normal(jax.random.key(0), (16, 300)) * 3
+    x = x.at[:, :50].set(-jnp.inf)
+    args = (jnp.float32(1.0), jnp.float32(1.0), jnp.int32(0), jnp.bool_(False))
+    for seed in range(3):
+        key = jax.random.key(seed)
+        tok, _ = sample_logits(x, key, *args)
+        np.testing.assert_array_equal(tok, jax.random.categorical(key, x, axis=-1))
+        keys = jax.random.split(key, 16)
+        tok, _ = sample_logits(x, keys, *args)
+        np.testing.assert_array_equal(tok, jax.vmap(jax.random.categorical)(keys, x))
+        assert (np.asarray(tok) >= 50).all()
 
 
 def test_decode_phase_ends():
