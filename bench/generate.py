@@ -6,7 +6,11 @@ Prints one JSON line per (model, batch) plus one for the machine's f32 matmul pe
     python bench/generate.py --dtype bfloat16 --models 100m qwen3-0.6b   # on a GPU: both on the GPU
 Tokens/s count generated tokens (batch * new tokens) over the wall time of a whole generate call (prefill
 included, compilation excluded: one warm-up call first; on CPU every call also makes the sampler's [out, in]
-weight copies, as the first call after a learner update does). jgem and transformers run in turn, `--reps`
+weight copies, as the first call after a learner update does). On CPU the process has one JAX device per usable
+core (`--cpu-devices`), and jgem decodes over a data mesh of them where `cpu_decode_mesh` says it pays (small
+models: each device decodes its rows on its own core), else on one device; `jgem_devices` in each row says
+which, and each call also places the params on the mesh. transformers runs on torch's threads (one per core).
+jgem and transformers run in turn, `--reps`
 rounds: tok/s and `speedup` use the best call of each, `speedup_median_round` the median over rounds of the
 two calls' ratio. Achieved FLOP/s uses 2 * matmul params per token (+ attention over the cache) over the same
 time, against the matmul peak in the same dtype (the highest of the start and a re-measure before each row:
@@ -27,12 +31,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jgem import hostmem
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import save_pretrained
-from jgem.models.sampler import Sampler
+from jgem.models.sampler import Sampler, cpu_decode_mesh
 from jgem.models.transformer import Transformer
+from jgem.sharding.mesh import MeshConfig, make_mesh
 
 
 def _best(fn, reps: int) -> float:
@@ -96,14 +102,18 @@ def model_flops(cfg: ModelConfig, batch: int, prompt: int, new: int) -> float:
     return float(total)
 
 
-def jgem_call(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: int, decode_phases: int = 4):
-    """A timed call of jgem's sampler (compiled on first use)."""
-    sampler = Sampler(cfg, eos_ids=[], pad_id=0, max_prompt_buckets=(prompts.shape[1],), decode_phases=decode_phases)
-    gs = nnx.split(model)
+def jgem_call(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: int, decode_phases: int = 4, mesh=None):
+    """A timed call of jgem's sampler (compiled on first use), on `mesh` if given (params replicated on it)."""
+    sampler = Sampler(
+        cfg, eos_ids=[], pad_id=0, max_prompt_buckets=(prompts.shape[1],), decode_phases=decode_phases, mesh=mesh
+    )
+    graphdef, state = nnx.split(model)
     plist = prompts.tolist()
 
     def run():
         sampler.clear_cache()  # every call pays for its [out, in] weight copies, as after each learner update
+        # ... and for placing the params on the mesh
+        gs = (graphdef, state if mesh is None else jax.device_put(state, NamedSharding(mesh, PartitionSpec())))
         out = sampler.generate(gs, plist, jax.random.key(0), max_new_tokens=new, greedy=True)
         out.tokens.block_until_ready()
         assert int(np.asarray(out.lengths).min()) == new, "every row must generate all tokens (no EOS here)"
@@ -157,9 +167,18 @@ def main() -> None:
         "--ab-decode-phases", type=int, default=None, help="also time jgem with this decode_phases, in the same rounds"
     )
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and compute, both")
+    ap.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="JAX CPU devices (default: one per usable core); jgem decodes over a data mesh of them where "
+        "`cpu_decode_mesh` says it pays (small models), else on one",
+    )
+    ap.add_argument("--ab-cpu-mesh", action="store_true", help="also time jgem on the other device choice")
     hostmem.add_flag(ap)
     args = ap.parse_args()
     hostmem.from_flag(args)  # jgem's and transformers' runs share the process and the setting
+    jax.config.update("jax_num_cpu_devices", args.cpu_devices)  # before the first JAX call starts the backend
 
     peak = matmul_peak(args.dtype)
     head = {"bench": "matmul_peak", "device": str(jax.devices()[0]), "dtype": args.dtype, "gflops": round(peak, 1)}
@@ -184,9 +203,14 @@ def main() -> None:
             prompts = rs.randint(1, cfg.vocab_size, (b, args.prompt_len)).astype(np.int32)
             n_tok = b * args.new_tokens
             peak = max(peak, matmul_peak(args.dtype))  # re-measured: load on a shared box drifts; highest so far
-            calls = {"jgem": jgem_call(model, cfg, prompts, args.new_tokens, args.decode_phases)}
+            mesh = cpu_decode_mesh(cfg, b)
+            calls = {"jgem": jgem_call(model, cfg, prompts, args.new_tokens, args.decode_phases, mesh)}
             if args.ab_decode_phases is not None:
-                calls["jgem_ab"] = jgem_call(model, cfg, prompts, args.new_tokens, args.ab_decode_phases)
+                calls["jgem_ab"] = jgem_call(model, cfg, prompts, args.new_tokens, args.ab_decode_phases, mesh)
+            other = None
+            if args.ab_cpu_mesh and not on_gpu():
+                other = None if mesh is not None else make_mesh(MeshConfig(data=-1), jax.local_devices())
+                calls["jgem_other"] = jgem_call(model, cfg, prompts, args.new_tokens, args.decode_phases, other)
             if hf_model is not None:
                 calls["transformers"] = torch_call(hf_model, prompts, args.new_tokens)
             times = interleaved(calls, args.reps)
@@ -199,8 +223,12 @@ def main() -> None:
                 "batch": b,
                 "prompt_len": args.prompt_len,
                 "new_tokens": args.new_tokens,
+                "jgem_devices": 1 if mesh is None else mesh.size,
                 "jgem_tok_s": round(n_tok / t_j, 1),
             }
+            if "jgem_other" in calls:
+                n_other = 1 if other is None else other.size
+                row[f"jgem_{n_other}_devices_tok_s"] = round(n_tok / min(times["jgem_other"]), 1)
             if args.ab_decode_phases is not None:
                 row[f"jgem_decode_phases_{args.ab_decode_phases}_tok_s"] = round(n_tok / min(times["jgem_ab"]), 1)
             gflops = model_flops(cfg, b, args.prompt_len, args.new_tokens) / t_j / 1e9
