@@ -277,8 +277,7 @@ class Sampler:
         self._traces = 0
         # Pure data parallelism (every mesh axis of size > 1 is a batch axis): with replicated params each device
         # can decode its rows in a loop of its own (`_generate_per_device`).
-        self._split_batch = mesh is not None and self.batch_multiple > 1
-        self._data_only = self._split_batch and all(a in self.batch_axes for a, n in mesh.shape.items() if n > 1)
+        self._data_only = self.batch_multiple > 1 and all(a in self.batch_axes for a, n in mesh.shape.items() if n > 1)
         self._jit = jax.jit(self._generate_entry, static_argnums=(0, 1, 2))
 
     def _use_out_in(self, bsz: int) -> bool:
