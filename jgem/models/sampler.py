@@ -192,8 +192,9 @@ def cpu_decode_mesh(cfg: ModelConfig, batch: int, devices: Sequence[Any] | None 
     XLA:CPU runs a small model's decode dots one at a time on one thread; over a data mesh each device decodes its
     rows on a thread of its own. Measured on two cores, against one device: the tiny preset (0.75 MiB per layer) at
     0.71-0.87x / 0.92x / 1.03x / 1.1-1.45x / 1.4-1.8x for batch 1 / 2 / 4 / 8 / 32; the 100m preset (24 MiB per
-    layer), whose dots already use both cores, at 0.73-0.95x (docs/benchmarks.md, "Session 14"). Give the process one device per core (`JAX_NUM_CPU_DEVICES` or the
-    `jax_num_cpu_devices` config, before JAX starts), and place the params replicated on the mesh."""
+    layer), whose dots already use both cores, at 0.73-0.95x (docs/benchmarks.md, "Session 14"). Give the
+    process one device per core (`JAX_NUM_CPU_DEVICES` or the `jax_num_cpu_devices` config, before JAX starts),
+    and place the params replicated on the mesh."""
     devices = list(jax.local_devices(backend="cpu") if devices is None else devices)
     if (
         jax.default_backend() != "cpu"
