@@ -400,7 +400,8 @@ class Sampler:
 
         def local(state, state_t, tokens, positions, segs, active, *rest):
             row0 = jax.lax.axis_index(self.batch_axes) * tokens.shape[0]
-            return self._generate(graphdef, max_new, row0, state, state_t, tokens, positions, segs, active, *rest)
+            args = (state, state_t, tokens, positions, segs, active, *rest)
+            return self._generate(graphdef, max_new, row0, *args, constrain=False)
 
         return jax.shard_map(
             local,
@@ -428,11 +429,13 @@ class Sampler:
         greedy,
         eos,
         stop,
+        *,
+        constrain: bool = True,
     ) -> SampleOutput:
         """The rows of `tokens` (the global rows row0, row0 + 1, ...: each row samples with a key of its own, so the
-        draws do not depend on how the batch is split over devices); per-device loops (`row0` traced) leave the
-        cache unconstrained."""
-        constrain = self._constrain if isinstance(row0, int) else (lambda c: c)
+        draws do not depend on how the batch is split over devices). `constrain`: keep the cache sharded over the
+        mesh (off inside the per-device loops, where the mesh axes are manual)."""
+        place = self._constrain if constrain else (lambda c: c)
         model = nnx.merge(graphdef, state)
         # The decode steps read the projections as [out, in] from state_t (see `out_in_decode`).
         model_t, layout = (
@@ -440,7 +443,7 @@ class Sampler:
         )
         bsz, plen = tokens.shape
         # Prefill into a prompt-sized cache (attention over P keys, not P+N); the decode phases below grow it.
-        cache = constrain(init_cache(self.cfg, bsz, plen, self.cache_dtype))
+        cache = place(init_cache(self.cfg, bsz, plen, self.cache_dtype))
         h, cache = model.hidden(tokens, positions, segment_ids=segs, cache=cache)
         logits = model.logits(h[:, -1:])[:, 0]
         row_ids = row0 + jnp.arange(bsz, dtype=jnp.int32)
@@ -482,7 +485,7 @@ class Sampler:
                 tokens=jax.lax.dynamic_update_slice(s.tokens, tok[:, None], (0, s.step)),
                 logprobs=jax.lax.dynamic_update_slice(s.logprobs, lp[:, None], (0, s.step)),
                 lengths=s.lengths + (~s.done).astype(jnp.int32),
-                cache=constrain(cache),
+                cache=place(cache),
                 rng=rng,
             )
 
@@ -490,7 +493,7 @@ class Sampler:
         # so attention reads the slots filled so far (to the phase's end), not all P+N of them.
         start = 0
         for end in decode_phase_ends(max_new, self.decode_phases):
-            loop = loop.replace(cache=constrain(_grow(loop.cache, end - start)))
+            loop = loop.replace(cache=place(_grow(loop.cache, end - start)))
             loop = jax.lax.while_loop(lambda s, end=end: (s.step < end) & ~jnp.all(s.done), body, loop)
             start = end
         return SampleOutput(tokens=loop.tokens, logprobs=loop.logprobs, lengths=loop.lengths)
