@@ -69,10 +69,22 @@ def rope_inv_freq(cfg: ModelConfig) -> np.ndarray:
 
 
 def rope_tables(positions: Array, inv_freq: np.ndarray, dtype) -> tuple[Array, Array]:
-    """positions[B,T] -> (cos, sin)[B,T,H] in `dtype` (angles computed in float32)."""
-    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)[None, None, :]
-    emb = jnp.concatenate([freqs, freqs], axis=-1)
-    return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+    """positions[B,T] -> (cos, sin)[B,T,H] in `dtype` (angles computed in float32).
+
+    On CPU the tables are computed once, inside a conditional: XLA:CPU would otherwise fuse cos and sin into each
+    layer's rotation and evaluate them once per head and layer (the tables broadcast over the heads; an
+    optimization_barrier does not stop that fusion on CPU). Measured there: the 100m preset's prefill at batch 32
+    spent 7.5 ms per layer in the fused rotation of q."""
+
+    def tables(p: Array) -> tuple[Array, Array]:
+        freqs = p.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)[None, None, :]
+        emb = jnp.concatenate([freqs, freqs], axis=-1)
+        return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+
+    if jax.default_backend() != "cpu":
+        return tables(positions)
+    # Both branches are the same computation; the predicate is only there to make it a runtime conditional.
+    return jax.lax.cond(jnp.all(positions >= 0), tables, tables, positions)
 
 
 def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
