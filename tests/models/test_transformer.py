@@ -163,3 +163,21 @@ def test_dense_backward_equals_autodiff_of_matmul(dtype):
     for a, b in zip(ours, ref):
         assert a.dtype == b.dtype == jnp.dtype(dtype)
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rope_tables_once_per_forward_and_exact(family):
+    """On CPU the tables are computed inside a conditional (so XLA cannot fuse cos/sin into every layer's rotation);
+    whichever branch runs, they equal cos/sin of position * inv_freq, with Llama 3 scaling where configured."""
+    from jgem.models.layers import rope_inv_freq, rope_tables
+
+    cfg = tiny_cfg(family)
+    inv = rope_inv_freq(cfg)
+    for pos in (np.arange(12, dtype=np.int32).reshape(2, 6) * 37, np.array([[-3, 0, 5]], np.int32)):
+        cos, sin = jax.jit(lambda p: rope_tables(p, inv, jnp.float32))(jnp.asarray(pos))
+        ang = pos.astype(np.float32)[..., None] * inv[None, None, :]
+        ang = np.concatenate([ang, ang], axis=-1)
+        np.testing.assert_allclose(np.asarray(cos), np.cos(ang), atol=2e-6)
+        np.testing.assert_allclose(np.asarray(sin), np.sin(ang), atol=2e-6)
+    jaxpr = str(jax.make_jaxpr(lambda m, t, p: m.hidden(t, p)[0])(_model(family), _tokens(2, 6), _pos(2, 6)))
+    assert jaxpr.count("cos") == 2 and "cond[" in jaxpr  # both branches once, not once per layer
