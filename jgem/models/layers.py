@@ -87,6 +87,14 @@ def rope_tables(positions: Array, inv_freq: np.ndarray, dtype) -> tuple[Array, A
     return jax.lax.cond(jnp.all(positions >= 0), tables, tables, positions)
 
 
+def mask_bias(mask: Array) -> Array:
+    """mask bool[B,T,S] -> the additive attention bias f32[B,T,S]: 0 where visible, a large finite negative where
+    masked (fully masked rows stay NaN-free). Added to the scores rather than selected: on XLA:CPU the add fuses
+    into the scores' dot, where a select is a separate pass (about 1 ms of a 30 ms decode step of the 100m preset
+    at batch 32)."""
+    return jnp.where(mask, 0.0, _NEG).astype(jnp.float32)
+
+
 def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
     """x[B,T,N,H] rotated by (cos, sin)[B,T,H] (the "rotate half" layout of HF checkpoints)."""
     x1, x2 = jnp.split(x, 2, axis=-1)
@@ -188,10 +196,10 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), cfg)
 
     def __call__(
-        self, x: Array, cos: Array, sin: Array, mask: Array, kv: tuple[Array, Array] | None, end: Array | None
+        self, x: Array, cos: Array, sin: Array, bias: Array, kv: tuple[Array, Array] | None, end: Array | None
     ) -> tuple[Array, tuple[Array, Array] | None]:
-        """x[B,T,D], mask[B,T,S] -> out[B,T,D]; with a cache kv = (keyT[B,K,H,S], value[B,K,S,H]), the new keys and
-        values go to slots [end, end+T)."""
+        """x[B,T,D], bias f32[B,T,S] (`mask_bias`) -> out[B,T,D]; with a cache kv = (keyT[B,K,H,S], value[B,K,S,H]),
+        the new keys and values go to slots [end, end+T)."""
         dt = x.dtype
         b, t = x.shape[:2]
         n, kh, h = self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim
@@ -218,7 +226,7 @@ class Attention(nnx.Module):
         qm = q.reshape(b, t, kh, n // kh, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, -1, h)  # [B,K,G*T,H]
         scores = jnp.einsum("BKQH,BKHS->BKQS", qm, k, preferred_element_type=jnp.float32) / math.sqrt(h)
         scores = scores.reshape(b, kh, n // kh, t, -1)  # [B,K,G,T,S]
-        scores = jnp.where(mask[:, None, None, :, :], scores, _NEG)
+        scores = scores + bias[:, None, None, :, :]  # an add, not a select: XLA:CPU fuses it into the scores' dot
         probs = jax.nn.softmax(scores, axis=-1).astype(dt)
         out = jnp.einsum("BKQS,BKSH->BKQH", probs.reshape(b, kh, -1, probs.shape[-1]), v)
         out = out.reshape(b, kh, n // kh, t, h).transpose(0, 3, 1, 2, 4)  # [B,T,K,G,H]
@@ -243,7 +251,7 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x, cos, sin, mask, kv, end):
-        a, kv = self.attn(self.attn_norm(x), cos, sin, mask, kv, end)
+    def __call__(self, x, cos, sin, bias, kv, end):
+        a, kv = self.attn(self.attn_norm(x), cos, sin, bias, kv, end)
         x = x + a
         return x + self.mlp(self.mlp_norm(x)), kv

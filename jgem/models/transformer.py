@@ -12,7 +12,16 @@ from flax import nnx
 
 from jgem.models.config import ModelConfig
 from jgem.models.kvcache import KVCache, init_cache
-from jgem.models.layers import Block, RMSNorm, dense_out_in, out_in_active, param, rope_inv_freq, rope_tables
+from jgem.models.layers import (
+    Block,
+    RMSNorm,
+    dense_out_in,
+    mask_bias,
+    out_in_active,
+    param,
+    rope_inv_freq,
+    rope_tables,
+)
 
 __all__ = ["KVCache", "Transformer", "init_cache", "attention_mask"]
 
@@ -57,11 +66,12 @@ class Transformer(nnx.Module):
             end = cache.end
             kv_seg = jax.lax.dynamic_update_slice(cache.segment_ids, seg, (jnp.zeros((), jnp.int32), end))
             mask = attention_mask(seg, kv_seg, end)
+        bias = mask_bias(mask)
         step = nnx.remat(_block) if cfg.remat else _block
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = step(layer, x, cos, sin, mask, kv, end)
+            x, kv = step(layer, x, cos, sin, bias, kv, end)
             if kv is not None:
                 ks.append(kv[0])
                 vs.append(kv[1])
@@ -98,5 +108,5 @@ class Transformer(nnx.Module):
         return self.logits(h), cache
 
 
-def _block(layer: Block, x, cos, sin, mask, kv, end):
-    return layer(x, cos, sin, mask, kv, end)
+def _block(layer: Block, x, cos, sin, bias, kv, end):
+    return layer(x, cos, sin, bias, kv, end)

@@ -181,3 +181,22 @@ def test_rope_tables_once_per_forward_and_exact(family):
         np.testing.assert_allclose(np.asarray(sin), np.sin(ang), atol=2e-6)
     jaxpr = str(jax.make_jaxpr(lambda m, t, p: m.hidden(t, p)[0])(_model(family), _tokens(2, 6), _pos(2, 6)))
     assert jaxpr.count("cos") == 2 and "cond[" in jaxpr  # both branches once, not once per layer
+
+
+def test_mask_bias_softmax_equals_masked_softmax():
+    """The additive bias masks as a select would: same softmax wherever a row sees a key, finite where none."""
+    from jgem.models.layers import mask_bias
+
+    rng = np.random.default_rng(0)
+    mask = rng.random((3, 4, 9)) < 0.5
+    mask[0, 0] = False  # a row that sees nothing
+    mask[1, 1] = True
+    bias = np.asarray(mask_bias(jnp.asarray(mask)))
+    assert bias.dtype == np.float32 and (bias[mask] == 0).all() and (bias[~mask] < -1e38).all()
+    scores = jnp.asarray(rng.normal(0, 30, mask.shape), jnp.float32)
+    ours = np.asarray(jax.nn.softmax(scores + bias, axis=-1))
+    ref = np.asarray(jax.nn.softmax(jnp.where(jnp.asarray(mask), scores, -jnp.inf), axis=-1))
+    assert np.isfinite(ours).all()
+    seen = mask.any(-1)
+    np.testing.assert_allclose(ours[seen], ref[seen], atol=1e-7)
+    assert (ours[~mask & seen[..., None]] == 0).all()
