@@ -161,13 +161,14 @@ def to_out_in(w: Array, n_in: int) -> Array:
     return w.reshape(k, -1).T
 
 
-def dense_out_in(x: Array, wt: Array, preferred_element_type=None) -> Array:
+def dense_out_in(x: Array, wt: Array, preferred_element_type=None, *, out_major: bool = False) -> Array:
     """x[..., K] @ wt[N, K]^T -> [..., N], computed as wt @ x^T with both transposes materialised (the barriers
-    stop XLA folding them into the dot, where they would give a slow transposed-operand dot on CPU)."""
+    stop XLA folding them into the dot, where they would give a slow transposed-operand dot on CPU).
+    `out_major`: return the product as computed, [N, rows] (x's leading axes flattened), with no transpose."""
     lead = x.shape[:-1]
     xt = jax.lax.optimization_barrier(x.reshape(-1, x.shape[-1]).T)
     yt = jax.lax.optimization_barrier(jnp.matmul(wt, xt, preferred_element_type=preferred_element_type))
-    return yt.T.reshape(*lead, wt.shape[0])
+    return yt if out_major else yt.T.reshape(*lead, wt.shape[0])
 
 
 def project(x: Array, p: nnx.Param) -> Array:

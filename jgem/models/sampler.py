@@ -104,26 +104,38 @@ class _Loop:
     rng: Array
 
 
-def first_argmax(x: Array, top: Array | None = None) -> Array:
-    """jnp.argmax(x, -1) (the first index of the max) for rows without NaN, as two plain reductions: XLA:CPU's
-    fused (value, index) argmax reduce is 4-6x slower (2.4 vs 0.4 ms for [32, 32000]). `top`: the row max, if known
-    ([..., 1]). Indices are exact in float32 up to 2**24."""
-    top = jnp.max(x, axis=-1, keepdims=True) if top is None else top
-    iota = jax.lax.broadcasted_iota(jnp.float32, x.shape, x.ndim - 1)
-    idx = jnp.min(jnp.where(x == top, iota, jnp.inf), axis=-1)
-    return jnp.minimum(idx, x.shape[-1] - 1).astype(jnp.int32)  # a NaN row (no index matches) gives the last
+def first_argmax(x: Array, top: Array | None = None, axis: int = -1) -> Array:
+    """jnp.argmax(x, axis) (the first index of the max) for rows without NaN, as two plain reductions: XLA:CPU's
+    fused (value, index) argmax reduce is 4-6x slower (2.4 vs 0.4 ms for [32, 32000]). `top`: the max along
+    `axis`, if known (kept as a size-1 axis). Indices are exact in float32 up to 2**24."""
+    axis = axis % x.ndim
+    top = jnp.max(x, axis=axis, keepdims=True) if top is None else top
+    iota = jax.lax.broadcasted_iota(jnp.float32, x.shape, axis)
+    idx = jnp.min(jnp.where(x == top, iota, jnp.inf), axis=axis)
+    return jnp.minimum(idx, x.shape[axis] - 1).astype(jnp.int32)  # a NaN row (no index matches) gives the last
 
 
 def sample_logits(
-    logits: Array, rng: Array, temperature: Array, top_p: Array, top_k: Array, greedy: Array
+    logits: Array,
+    rng: Array,
+    temperature: Array,
+    top_p: Array,
+    top_k: Array,
+    greedy: Array,
+    *,
+    vocab_first: bool = False,
 ) -> tuple[Array, Array]:
-    """logits f32[B,V] -> (token int32[B], behaviour logprob f32[B]). Scalars are traced (no recompiles).
+    """logits f32[B,V] (f32[V,B] with `vocab_first`) -> (token int32[B], behaviour logprob f32[B]). Scalars are
+    traced (no recompiles).
 
     `rng`: one key for the whole batch, or a key per row ([B]; what `Sampler` passes, so a row's draw does not
-    depend on how the batch is split over devices)."""
+    depend on how the batch is split over devices). `vocab_first` is the CPU decode's layout (the head computed
+    as [V,D] @ h^T): the greedy pick and the normaliser reduce over the vocab axis as it is, and only sampling
+    transposes to [B,V]."""
+    ax = 0 if vocab_first else 1
     scaled = logits / jnp.maximum(temperature, 1e-6)
-    top = jnp.max(scaled, axis=-1, keepdims=True)
-    lse = top[:, 0] + jnp.log(jnp.sum(jnp.exp(scaled - top), axis=-1))  # the log-softmax's normaliser
+    top = jnp.max(scaled, axis=ax, keepdims=True)
+    lse = jnp.squeeze(top, ax) + jnp.log(jnp.sum(jnp.exp(scaled - top), axis=ax))  # the log-softmax's normaliser
 
     def truncate(x):
         srt = -jnp.sort(-x, axis=-1)  # descending
@@ -143,8 +155,8 @@ def sample_logits(
         return first_argmax(x + noise)
 
     # A real branch: greedy decoding skips the sort and the random bits ([B,V] each step).
-    tok = jax.lax.cond(greedy, lambda x: first_argmax(x, top), sample, scaled)
-    return tok, jnp.take_along_axis(scaled, tok[:, None], axis=-1)[:, 0] - lse
+    tok = jax.lax.cond(greedy, lambda x: first_argmax(x, top, axis=ax), lambda x: sample(x.T if ax == 0 else x), scaled)
+    return tok, jnp.squeeze(jnp.take_along_axis(scaled, jnp.expand_dims(tok, ax), axis=ax), ax) - lse
 
 
 def _stopped(tok: Array, recent: Array, eos: Array, stop: Array) -> tuple[Array, Array]:
@@ -441,6 +453,7 @@ class Sampler:
         model_t, layout = (
             (model, contextlib.nullcontext) if state_t is None else (nnx.merge(graphdef, state_t), out_in_weights)
         )
+        vfirst = state_t is not None
         bsz, plen = tokens.shape
         # Prefill into a prompt-sized cache (attention over P keys, not P+N); the decode phases below grow it.
         cache = place(init_cache(self.cfg, bsz, plen, self.cache_dtype))
@@ -470,9 +483,10 @@ class Sampler:
                 h, cache = model_t.hidden(
                     s.last[:, None], s.pos[:, None], segment_ids=jnp.ones((bsz, 1), jnp.int32), cache=s.cache
                 )
-                logits = model_t.logits(h)[:, 0]
+                # [V, B] as the [out, in] head computes it (no transpose of the logits), else [B, V]
+                logits = model_t.logits(h, vocab_first=True) if vfirst else model_t.logits(h)[:, 0]
             rng, sub = jax.random.split(s.rng)
-            tok, lp = sample_logits(logits, row_keys(sub), temperature, top_p, top_k, greedy)
+            tok, lp = sample_logits(logits, row_keys(sub), temperature, top_p, top_k, greedy, vocab_first=vfirst)
             tok = jnp.where(s.done, self.pad_id, tok)
             lp = jnp.where(s.done, 0.0, lp)
             hit, recent = _stopped(tok, s.recent, eos, stop)

@@ -87,12 +87,14 @@ class Transformer(nnx.Module):
             return self.embed[...].astype(dtype), True
         return self.lm_head[...].astype(dtype), out_in_active()
 
-    def logits(self, h: Array) -> Array:
-        """h[B,T,D] -> logits f32[B,T,V]."""
+    def logits(self, h: Array, *, vocab_first: bool = False) -> Array:
+        """h[B,T,D] -> logits f32[B,T,V]; with `vocab_first`, f32[V, B*T] (the decode's layout inside
+        `out_in_weights`, where the head is computed as [V,D] @ h^T and this skips transposing its result)."""
         w, vocab_major = self.head_weight(h.dtype)
         if vocab_major and out_in_active():  # decode: [V,D] @ h^T, the weight streamed as the left operand
-            return dense_out_in(h, w, preferred_element_type=jnp.float32)
-        return jnp.einsum("BTD,VD->BTV" if vocab_major else "BTD,DV->BTV", h, w, preferred_element_type=jnp.float32)
+            return dense_out_in(h, w, preferred_element_type=jnp.float32, out_major=vocab_first)
+        out = jnp.einsum("BTD,VD->BTV" if vocab_major else "BTD,DV->BTV", h, w, preferred_element_type=jnp.float32)
+        return out.reshape(-1, out.shape[-1]).T if vocab_first else out
 
     def value(self, h: Array) -> Array:
         """The critic's scalar head: h[B,T,D] -> f32[B,T]."""

@@ -1,3 +1,5 @@
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -245,6 +247,7 @@ def test_first_argmax_equals_argmax():
     x[4, :] = 0.0
     np.testing.assert_array_equal(first_argmax(jnp.asarray(x)), np.argmax(x, -1))
     assert first_argmax(jnp.asarray(x))[1] == 3
+    np.testing.assert_array_equal(first_argmax(jnp.asarray(x.T), axis=0), np.argmax(x, -1))  # vocab-first layout
 
 
 def test_cpu_decode_mesh_only_where_it_pays():
@@ -270,6 +273,12 @@ def test_sample_logits_draws_like_categorical():
         tok, _ = sample_logits(x, keys, *args)
         np.testing.assert_array_equal(tok, jax.vmap(jax.random.categorical)(keys, x))
         assert (np.asarray(tok) >= 50).all()
+        # The decode's vocab-first layout ([V,B]) draws the same tokens with the same log-probs.
+        for greedy in (False, True):
+            a = sample_logits(x, keys, *args[:3], jnp.bool_(greedy))
+            b = jax.jit(partial(sample_logits, vocab_first=True))(x.T, keys, *args[:3], jnp.bool_(greedy))
+            np.testing.assert_array_equal(a[0], b[0])
+            np.testing.assert_allclose(a[1], b[1], atol=1e-6)
 
 
 def test_decode_phase_ends():

@@ -200,3 +200,21 @@ def test_mask_bias_softmax_equals_masked_softmax():
     seen = mask.any(-1)
     np.testing.assert_allclose(ours[seen], ref[seen], atol=1e-7)
     assert (ours[~mask & seen[..., None]] == 0).all()
+
+
+@pytest.mark.parametrize("family,tie", [("qwen3", True), ("qwen2", False), ("llama", False)])
+def test_vocab_first_logits_are_the_transpose(family, tie):
+    """`logits(h, vocab_first=True)` is logits(h) as [V, B*T], in the stored layout and in the decode's [out, in]
+    one (tied heads are read as [V,D] there; an untied lm_head as its [out, in] copy)."""
+    from jgem.models.layers import out_in_weights, to_out_in
+
+    m = _model(family, tie_word_embeddings=tie)
+    assert m.cfg.tie_word_embeddings == tie
+    h = jax.random.normal(jax.random.key(1), (2, 3, m.cfg.hidden_size))
+    ref = np.asarray(m.logits(h)).reshape(6, -1).T
+    np.testing.assert_allclose(np.asarray(m.logits(h, vocab_first=True)), ref, atol=1e-5)
+    if not m.cfg.tie_word_embeddings:
+        m.lm_head.value = to_out_in(m.lm_head[...], 1)
+    with out_in_weights():
+        ours = jax.jit(lambda m, h: m.logits(h, vocab_first=True))(m, h)
+    np.testing.assert_allclose(np.asarray(ours), ref, atol=1e-5)
