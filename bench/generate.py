@@ -4,19 +4,21 @@ Prints one JSON line per (model, batch) plus one for the machine's f32 matmul pe
     .venv/bin/python bench/generate.py                       # tiny and 100m at batch 1, 8, 32
     .venv/bin/python bench/generate.py --models tiny --batches 1 --reps 1
     python bench/generate.py --dtype bfloat16 --models 100m qwen3-0.6b   # on a GPU: both on the GPU
-Tokens/s count generated tokens (batch * new tokens) over the wall time of a whole generate call (prefill
-included, compilation excluded: one warm-up call first; on CPU every call also makes the sampler's [out, in]
-weight copies, as the first call after a learner update does). On CPU the process has one JAX device per usable
-core (`--cpu-devices`), and jgem decodes over a data mesh of them where `cpu_decode_mesh` says it pays (small
-models: each device decodes its rows on its own core), else on one device; `jgem_devices` in each row says
-which, and each call also places the params on the mesh. transformers runs on torch's threads (one per core).
-jgem and transformers run in turn, `--reps`
-rounds: tok/s and `speedup` use the best call of each, `speedup_median_round` the median over rounds of the
-two calls' ratio. Achieved FLOP/s uses 2 * matmul params per token (+ attention over the cache) over the same
-time, against the matmul peak in the same dtype (the highest of the start and a re-measure before each row:
-`peak_gflops` in each row). On a GPU the run also measures the memory bandwidth (a large device copy) and
-reports the fraction of it that the decode reaches, counting the fewest bytes a decode must read (every weight
-once per step, the KV cache up to the current length) and write (the new K/V).
+Tokens/s count generated tokens (batch * new tokens) over the wall time of a whole generate call (prefill included,
+compilation excluded: one warm-up call first; on CPU every call also makes the sampler's [out, in] weight copies, as
+the first call after a learner update does). On CPU the process has one JAX device per usable core
+(`--cpu-devices`), and jgem decodes over a data mesh of them where `cpu_decode_mesh` says it pays (small models:
+each device decodes its rows on its own core), else on one device; `jgem_devices` in each row says which, and each
+call also places the params on the mesh. transformers runs on torch's threads (one per core). jgem and transformers
+run in turn, `--reps` rounds: tok/s and `speedup` use the best call of each, `speedup_median_round` the median over
+rounds of the two calls' ratio. Achieved FLOP/s uses 2 * matmul params per token (+ attention over the cache) over
+the same time, against the matmul peak in the same dtype (the highest of the start, a re-measure before each row and
+one measured in each round right after the jgem call: `peak_gflops` in each row): `jgem_frac_of_peak` is the best
+call over that highest peak; `jgem_frac_of_peak_median_round` the median over rounds of each call's FLOP/s over the
+peak measured in its own round (the same moment's speed of a box whose speed drifts). On a GPU the run also measures
+the memory bandwidth (a large device copy) and reports the fraction of it that the decode reaches, counting the
+fewest bytes a decode must read (every weight once per step, the KV cache up to the current length) and write (the
+new K/V).
 """
 
 from __future__ import annotations
@@ -204,7 +206,11 @@ def main() -> None:
             n_tok = b * args.new_tokens
             peak = max(peak, matmul_peak(args.dtype))  # re-measured: load on a shared box drifts; highest so far
             mesh = cpu_decode_mesh(cfg, b)
-            calls = {"jgem": jgem_call(model, cfg, prompts, args.new_tokens, args.decode_phases, mesh)}
+            round_peaks: list[float] = []  # one per round, measured right after the jgem call
+            calls = {
+                "jgem": jgem_call(model, cfg, prompts, args.new_tokens, args.decode_phases, mesh),
+                "peak": lambda out=round_peaks: out.append(matmul_peak(args.dtype, reps=3)),
+            }
             if args.ab_decode_phases is not None:
                 calls["jgem_ab"] = jgem_call(model, cfg, prompts, args.new_tokens, args.ab_decode_phases, mesh)
             other = None
@@ -214,6 +220,8 @@ def main() -> None:
             if hf_model is not None:
                 calls["transformers"] = torch_call(hf_model, prompts, args.new_tokens)
             times = interleaved(calls, args.reps)
+            round_peaks = round_peaks[1:]  # the warm-up round's is not paired with a timed call
+            peak = max(peak, *round_peaks)
             t_j = min(times["jgem"])
             row = {
                 "bench": "generate",
@@ -231,9 +239,14 @@ def main() -> None:
                 row[f"jgem_{n_other}_devices_tok_s"] = round(n_tok / min(times["jgem_other"]), 1)
             if args.ab_decode_phases is not None:
                 row[f"jgem_decode_phases_{args.ab_decode_phases}_tok_s"] = round(n_tok / min(times["jgem_ab"]), 1)
-            gflops = model_flops(cfg, b, args.prompt_len, args.new_tokens) / t_j / 1e9
+            flops = model_flops(cfg, b, args.prompt_len, args.new_tokens)
+            gflops = flops / t_j / 1e9
+            paired = np.median([flops / t / 1e9 / p for t, p in zip(times["jgem"], round_peaks)])
             row.update(
-                jgem_gflops=round(gflops, 1), peak_gflops=round(peak, 1), jgem_frac_of_peak=round(gflops / peak, 3)
+                jgem_gflops=round(gflops, 1),
+                peak_gflops=round(peak, 1),
+                jgem_frac_of_peak=round(gflops / peak, 3),
+                jgem_frac_of_peak_median_round=round(float(paired), 3),
             )
             if bw is not None:
                 gbs = decode_bytes(cfg, b, args.prompt_len, args.new_tokens) / t_j / 1e9
