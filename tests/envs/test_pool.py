@@ -270,17 +270,22 @@ def test_state_clone_continues_identically(backend: str) -> None:
         }
 
 
-def _pool_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("jgem-pool-")]
+def _pool_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("jgem-pool-")}
+
+
+def _new_pool_threads(before: set[threading.Thread]) -> set[threading.Thread]:
+    # Identity, not a count: another test's dropped pool may still be stopping its threads in this worker.
+    return {t for t in _pool_threads() - before if t.is_alive()}
 
 
 def test_close_leaves_no_threads_or_processes() -> None:
-    baseline = len(_pool_threads())
+    before = _pool_threads()
     pool = _pool("thread", 8)
-    assert len(_pool_threads()) == baseline + 8
+    assert len(_new_pool_threads(before)) == 8
     _reset_all(pool, list(range(8)))
     pool.close()
-    assert len(_pool_threads()) == baseline
+    assert not _new_pool_threads(before)
     pool.close()  # idempotent
 
     pool = _pool("process", 4)
@@ -427,12 +432,12 @@ def test_backends_agree_per_env() -> None:
 def test_dropped_pool_stops_its_threads() -> None:
     import gc
 
-    baseline = len(_pool_threads())
+    before = _pool_threads()
     pool = _pool("thread", 4)
-    assert len(_pool_threads()) == baseline + 4
+    assert len(_new_pool_threads(before)) == 4
     del pool
     gc.collect()
     deadline = time.monotonic() + 3
-    while len(_pool_threads()) > baseline and time.monotonic() < deadline:
+    while _new_pool_threads(before) and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert len(_pool_threads()) == baseline
+    assert not _new_pool_threads(before)
