@@ -44,7 +44,7 @@ def test_infinite_loop_stops_at_the_wall_timeout(sandbox):
     res = sandbox.run("while True:\n    pass", timeout=0.5)
     elapsed = time.monotonic() - t
     assert res.status == "timeout"
-    assert 0.5 <= res.wall < 0.8 and elapsed < 1.5
+    assert 0.5 <= res.wall < 1.2 and elapsed < 3.0  # loose upper bounds: CI shares 2 cores with other workers
     assert "wall-clock timeout of 0.5 s" in res.message()
 
 
@@ -149,7 +149,9 @@ def test_host_is_unaffected_and_runs_are_concurrent(sandbox):
     t = time.monotonic()
     results = []
     threads = [
-        threading.Thread(target=lambda: results.append(sandbox.run("import time\ntime.sleep(0.4)\nprint(1)")))
+        threading.Thread(
+            target=lambda: results.append(sandbox.run("import time\ntime.sleep(1.0)\nprint(1)", timeout=3.0))
+        )
         for _ in range(2)
     ]
     for th in threads:
@@ -157,7 +159,7 @@ def test_host_is_unaffected_and_runs_are_concurrent(sandbox):
     for th in threads:
         th.join()
     assert [r.stdout for r in results] == ["1\n", "1\n"]
-    assert time.monotonic() - t < 0.75  # two workers ran them side by side
+    assert time.monotonic() - t < 1.8  # two workers ran them side by side (one after the other takes >= 2 s)
 
 
 def test_fresh_mode_matches_pool_mode():
