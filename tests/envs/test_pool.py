@@ -275,7 +275,7 @@ def _pool_threads() -> set[threading.Thread]:
 
 
 def _new_pool_threads(before: set[threading.Thread]) -> set[threading.Thread]:
-    # Identity, not a count: another test's dropped pool may still be stopping its threads in this worker.
+    # Identity, not a count: a thread another test abandoned on a step timeout may end while this test runs.
     return {t for t in _pool_threads() - before if t.is_alive()}
 
 
