@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from jgem.algos.learner import LearnerConfig
-from jgem.rollout.collector import RolloutConfig
+from jgem.rollout.engine import RolloutConfig
 from jgem.sharding.mesh import MeshConfig
 
 ALGORITHMS = ("rebn", "reinforce", "grpo", "drgrpo", "rloo", "reinforce_pp", "ppo")
@@ -127,8 +127,6 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
         )
     if not 0.0 <= cfg.gamma <= 1.0:
         errors.append(f"gamma must be in [0, 1], got {cfg.gamma}")
-    if cfg.env.num_envs < cfg.rollout.num_groups:
-        errors.append(f"env.num_envs {cfg.env.num_envs} is smaller than rollout.num_groups {cfg.rollout.num_groups}")
     try:
         sizes = cfg.mesh.resolve(num_devices)
     except ValueError as e:

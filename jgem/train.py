@@ -30,11 +30,10 @@ from jgem.curriculum import Curriculum
 from jgem.envs.pool import EnvPool
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import load_pretrained
-from jgem.models.sampler import Sampler
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
 from jgem.models.transformer import Transformer
 from jgem.rollout.batch import build_batch
-from jgem.rollout.collector import Collector, EpisodeSpec, SamplerPolicy, wrappers_for_view
+from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.episode import Episode, turn_arrays
 from jgem.sharding.mesh import MeshConfig, batch_axis_size, make_mesh
 from jgem.sharding.rules import shard_batch
@@ -101,9 +100,6 @@ class Trainer:
         self.sample_mesh = (
             self.mesh if jax.process_count() == 1 else make_mesh(MeshConfig(data=-1), devices=jax.local_devices())
         )
-        self.sampler = Sampler(
-            self.model_cfg, eos_ids=self.chat.stop_token_ids, pad_id=self.chat.pad_id, mesh=self.sample_mesh
-        )
         self.pool = EnvPool(
             cfg.env.env_id,
             cfg.env.num_envs,
@@ -115,7 +111,9 @@ class Trainer:
             remote_urls=cfg.env.remote_urls,
             remote_token=cfg.env.remote_token,
         )
-        self.collector = Collector(self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id)
+        self.engine = RolloutEngine(
+            self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.sample_mesh
+        )
         self.adv_name = "gae" if cfg.algorithm == "ppo" else cfg.algorithm
         self._adv = jax.jit(self._advantages)
         self._values = jax.jit(self._critic_values)
@@ -184,16 +182,14 @@ class Trainer:
 
     def collect(self, step: int, *, eval: bool = False) -> list[Episode]:
         cfg = self.cfg
-        rollout = dataclasses.replace(cfg.rollout, greedy=cfg.eval_greedy) if eval else cfg.rollout
-        self.collector.cfg = rollout
-        policy = SamplerPolicy(self.sampler, self._policy_for_sampling(), rollout)
         key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
-        try:
-            return self.collector.collect(
-                policy, self.specs(step, eval=eval), key, max_turns=self.curriculum.max_turns(step)
-            )
-        finally:
-            self.collector.cfg = cfg.rollout
+        return self.engine.collect(
+            self._policy_for_sampling(),
+            self.specs(step, eval=eval),
+            key,
+            max_turns=self.curriculum.max_turns(step),
+            greedy=cfg.eval_greedy if eval else None,
+        )
 
     def _policy_for_sampling(self):
         model = self.state.model()
@@ -320,13 +316,13 @@ class Trainer:
         m = {f"train/{k}": float(v) for k, v in jax.device_get(m).items()}
         t2 = time.perf_counter()
         self.host["episodes"] += len(episodes)
-        metrics |= m | episode_metrics(episodes, "rollout") | self.collector.stats.as_metrics()
+        metrics |= m | episode_metrics(episodes, "rollout") | self.engine.stats.as_metrics()
         metrics |= {
             "time/collect_s": t1 - t0,
             "time/update_s": t2 - t1,
             "rollout/max_turns": float(self.curriculum.max_turns(step)),
             "curriculum/stage": float(self.curriculum.stage(step)),
-            "compile/sampler": float(self.sampler.num_compilations),
+            "compile/rollout": float(self.engine.num_compilations),
             "compile/update": float(update._cache_size()),
             "pool/faults_total": float(self.pool.num_faults),
         }
@@ -398,6 +394,8 @@ class Trainer:
                 "checkpoint_every",
                 "keep_checkpoints",
                 "learner.keep_logits_mb",  # memory vs speed only (the same log-probs); older runs lack it
+                "rollout.chunk_steps",  # how the engine schedules work, not what it samples
+                "rollout.extend_chunk",
             ),
         )
         logger = MetricsLogger(

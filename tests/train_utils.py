@@ -9,7 +9,7 @@ import sys
 from jgem.algos.learner import LearnerConfig
 from jgem.config import CurriculumConfig, EnvConfig, ModelSpec, TrainConfig
 from jgem.models.config import PRESETS, preset
-from jgem.rollout.collector import RolloutConfig
+from jgem.rollout.engine import RolloutConfig
 
 MICRO = "test-micro"
 PRESETS.setdefault(
@@ -30,7 +30,7 @@ def small_config(run_dir: str, **overrides) -> TrainConfig:
         group_size=2 if grouped else 1,
         env=EnvConfig(env_id="game:GuessTheNumber-v0-easy", num_envs=4, backend="inline"),
         model=ModelSpec(preset=MICRO),
-        rollout=RolloutConfig(view="chat", num_groups=2, max_new_tokens=6, max_episode_tokens=320),
+        rollout=RolloutConfig(view="chat", max_new_tokens=6, max_episode_tokens=320),
         learner=LearnerConfig(lr=1e-3, kl_coef=0.01 if algorithm == "reinforce_pp" else 0.0),
         curriculum=CurriculumConfig(),
         batch_buckets=(128, 256, 512),

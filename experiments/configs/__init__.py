@@ -6,7 +6,7 @@ import dataclasses
 
 from jgem.algos.learner import LearnerConfig
 from jgem.config import CurriculumConfig, EnvConfig, ModelSpec, TrainConfig, WarmStartConfig
-from jgem.rollout.collector import RolloutConfig
+from jgem.rollout.engine import RolloutConfig
 from jgem.sharding.mesh import MeshConfig
 
 
@@ -29,7 +29,7 @@ def tiny() -> TrainConfig:
         episodes_per_step=32,
         env=EnvConfig(env_id="game:GuessTheNumber-v0-easy", num_envs=32, backend="inline"),
         model=ModelSpec(preset="tiny"),
-        rollout=RolloutConfig(view="chat", num_groups=2, max_new_tokens=12, max_episode_tokens=512),
+        rollout=RolloutConfig(view="chat", max_new_tokens=12, max_episode_tokens=512),
         learner=LearnerConfig(
             policy_loss="ppo",
             lr=2e-4,
@@ -56,7 +56,7 @@ def qwen3_1p7b_games(model_path: str = "/path/to/Qwen3-1.7B-Base", env_id: str =
         episodes_per_step=128,
         env=EnvConfig(env_id=env_id, num_envs=128, backend="thread"),
         model=ModelSpec(path=model_path, dtype="bfloat16", param_dtype="bfloat16", remat=True),
-        rollout=RolloutConfig(view="chat", num_groups=2, max_new_tokens=512, max_episode_tokens=8192, temperature=1.0),
+        rollout=RolloutConfig(view="chat", max_new_tokens=512, max_episode_tokens=8192, temperature=1.0),
         learner=LearnerConfig(policy_loss="ppo", lr=1e-6, max_grad_norm=1.0, minibatches=4, micro_batch_size=8),
         mesh=MeshConfig(data=1, fsdp=-1, tensor=1),
         eval_every=25,

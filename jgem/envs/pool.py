@@ -403,23 +403,29 @@ class EnvPool:
         self._mark_busy(ids, "send")
         self._backend.submit(ids, "step", actions)
 
-    def recv(self, timeout: float | None = None) -> StepBatch:
+    def recv(self, timeout: float | None = None, *, at_least: int | None = None) -> StepBatch:
         """The first `batch_size` results to finish (all in flight if fewer), in arrival order.
 
-        With a `timeout`, returns what finished by then (possibly an empty batch).
+        With `at_least`, returns as soon as that many have finished, with every result ready by then (up to
+        `batch_size`). With a `timeout`, returns what finished by then (possibly an empty batch); `timeout=0` looks
+        once without waiting (the inline backend runs its queued commands then).
         """
         self._check_open()
         n = min(self.batch_size, self._in_flight)
         if n == 0:
             raise ValueError("recv() with no command in flight; call send() or reset() first")
+        if at_least is not None and at_least < 1:
+            raise ValueError(f"recv(at_least={at_least}): need at least 1")
+        need = n if at_least is None else min(at_least, n)
         ready = self._ready
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(ready) < need:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._backend.poll(ready, n - len(ready), wait)
+            if deadline is not None and time.monotonic() >= deadline:
+                break
         if len(ready) < n:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while len(ready) < n:
-                wait = None if deadline is None else deadline - time.monotonic()
-                if wait is not None and wait <= 0:
-                    break
-                self._backend.poll(ready, n - len(ready), wait)
+            self._backend.poll(ready, 0, 0.0)  # whatever else has finished by now comes along
         return self._take(list(islice(ready, n)))
 
     def step(self, env_ids: Sequence[int], actions: Sequence[str]) -> StepBatch:

@@ -200,7 +200,8 @@ class Attention(nnx.Module):
         self, x: Array, cos: Array, sin: Array, bias: Array, kv: tuple[Array, Array] | None, end: Array | None
     ) -> tuple[Array, tuple[Array, Array] | None]:
         """x[B,T,D], bias f32[B,T,S] (`mask_bias`) -> out[B,T,D]; with a cache kv = (keyT[B,K,H,S], value[B,K,S,H]),
-        the new keys and values go to slots [end, end+T)."""
+        the new keys and values go to slots [end, end+T) for a scalar `end`, or to slot end[b,t] for an int32[B,T]
+        `end` (the rollout engine's slot cache; slots >= S are dropped)."""
         dt = x.dtype
         b, t = x.shape[:2]
         n, kh, h = self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim
@@ -216,14 +217,22 @@ class Attention(nnx.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # Cache layouts keyT[B,K,H,S], value[B,K,S,H]: both attention matmuls are plain (B,K)-batched GEMMs
         # with no transposed operand, and the scores reduce over a non-minor axis (4x faster on XLA CPU).
-        k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
-        if kv is not None:
+        if kv is not None and end.ndim:  # per-token slots: scatter [B,T,K,H] rows into keyT[B,K,H,S], value[B,K,S,H]
             ck, cv = kv
-            zero = jnp.zeros((), jnp.int32)
-            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (zero, zero, zero, end))
-            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (zero, zero, end, zero))
+            rows = jnp.arange(b)[:, None]
+            ck = ck.at[rows, :, :, end].set(k.astype(ck.dtype), mode="drop")
+            cv = cv.at[rows, :, end, :].set(v.astype(cv.dtype), mode="drop")
             kv = (ck, cv)
             k, v = ck.astype(dt), cv.astype(dt)
+        else:
+            k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
+            if kv is not None:
+                ck, cv = kv
+                zero = jnp.zeros((), jnp.int32)
+                ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (zero, zero, zero, end))
+                cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (zero, zero, end, zero))
+                kv = (ck, cv)
+                k, v = ck.astype(dt), cv.astype(dt)
         qm = q.reshape(b, t, kh, n // kh, h).transpose(0, 2, 3, 1, 4).reshape(b, kh, -1, h)  # [B,K,G*T,H]
         scores = jnp.einsum("BKQH,BKHS->BKQS", qm, k, preferred_element_type=jnp.float32) / math.sqrt(h)
         scores = scores.reshape(b, kh, n // kh, t, -1)  # [B,K,G,T,S]

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jgem.models.config import ModelConfig
-from jgem.models.kvcache import KVCache, init_cache
+from jgem.models.kvcache import KVCache, SlotCache, init_cache
 from jgem.models.layers import (
     Block,
     RMSNorm,
@@ -23,7 +23,7 @@ from jgem.models.layers import (
     rope_tables,
 )
 
-__all__ = ["KVCache", "Transformer", "init_cache", "attention_mask"]
+__all__ = ["KVCache", "SlotCache", "Transformer", "init_cache", "attention_mask"]
 
 Array = jax.Array
 
@@ -51,15 +51,27 @@ class Transformer(nnx.Module):
             self.value_b = param(None, (), (), "float32", value=0.0)
 
     def hidden(
-        self, tokens: Array, positions: Array, *, segment_ids: Array | None = None, cache: KVCache | None = None
-    ) -> tuple[Array, KVCache | None]:
-        """tokens, positions[B,T] -> (h[B,T,D] after the final norm, updated cache)."""
+        self,
+        tokens: Array,
+        positions: Array,
+        *,
+        segment_ids: Array | None = None,
+        cache: KVCache | SlotCache | None = None,
+    ) -> tuple[Array, KVCache | SlotCache | None]:
+        """tokens, positions[B,T] -> (h[B,T,D] after the final norm, updated cache).
+
+        With a `SlotCache`, each token's key and value go to the slot of its position, queries attend the slots up
+        to their own position, and tokens whose `segment_ids` is 0 (padding) write nothing."""
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
         x = jnp.take(self.embed[...], tokens, axis=0).astype(dt)
         cos, sin = rope_tables(positions, rope_inv_freq(cfg), dt)
         seg = jnp.ones(tokens.shape, jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-        if cache is None:
+        if isinstance(cache, SlotCache):
+            s = cache.max_len
+            end = jnp.where(seg != 0, positions, s).astype(jnp.int32)  # write slots; s is out of range: dropped
+            mask = jnp.arange(s, dtype=jnp.int32)[None, None, :] <= positions[:, :, None]
+        elif cache is None:
             end = None
             mask = attention_mask(seg, seg, 0)
         else:
@@ -76,7 +88,9 @@ class Transformer(nnx.Module):
                 ks.append(kv[0])
                 vs.append(kv[1])
         h = self.final_norm(x)
-        if cache is not None:
+        if isinstance(cache, SlotCache):
+            cache = SlotCache(k=tuple(ks), v=tuple(vs))
+        elif cache is not None:
             cache = KVCache(k=tuple(ks), v=tuple(vs), segment_ids=kv_seg, end=end + tokens.shape[1])
         return h, cache
 

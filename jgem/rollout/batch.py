@@ -1,9 +1,9 @@
 """Episodes -> fixed-shape TrainBatch arrays (numpy, host side), in both multi-turn views.
 
 - `view="per_turn"`: one segment per transition: its prompt followed by its action.
-- `view="chat"`: one segment per episode: the whole token stream (each turn's prompt extends the
-  previous prompt + action), every action token carrying its own turn's advantage. For a causal LM
-  this gives the per-turn view's gradient at a fraction of the tokens.
+- `view="chat"`: one segment per episode: the whole token stream (`Episode.stream`; each turn's prompt
+  extends the previous prompt + action), every action token carrying its own turn's advantage. For a
+  causal LM this gives the per-turn view's gradient at a fraction of the tokens.
 
 Segments are packed into rows (first-fit decreasing); `segment_ids` number a row's segments from 1
 (0 is padding) and `positions` restart at 0 in each segment. The row length comes from `buckets` and
@@ -90,24 +90,30 @@ def episode_segments(
 def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segment:
     """Segment for `turns` of one episode: the last turn's prompt + action, every listed turn's action
     (found at its prompt's end) marked for the loss."""
-    tokens: list[np.ndarray] = []
-    length = 0
+    last = ep.transitions[turns[-1]]
     marks: list[tuple[int, int]] = []  # (turn, prompt length = where its action starts)
-    for k in turns:
-        t = ep.transitions[k]
-        if length:  # chat view: this prompt must extend everything so far
-            prev = np.concatenate(tokens)
-            if t.prompt_ids.size < length or not np.array_equal(t.prompt_ids[:length], prev):
-                raise ValueError(
-                    f"episode {ep.episode_id} turn {k}: the prompt does not extend the previous turn's prompt and "
-                    "action, so the episode cannot be one chat-history row; build the prompts with ChatFormat "
-                    "(append-only) or use view='per_turn'"
-                )
-        tokens.append(t.prompt_ids[length:])
-        marks.append((k, t.prompt_ids.size))
-        tokens.append(t.action_ids)
-        length = t.prompt_ids.size + t.action_ids.size
-    tok = np.concatenate(tokens).astype(np.int32)
+    if ep.stream is not None and all(ep.transitions[k].prompt_ids is None for k in turns):
+        # offsets into the stream (Episode checked that the actions sit there and each prompt extends the last)
+        tok = ep.stream[: last.prompt_len + last.action_ids.size].astype(np.int32)  # a copy
+        marks = [(k, ep.transitions[k].prompt_len) for k in turns]
+    else:  # transitions that own their prompts: chat view only if each prompt extends the previous one
+        tokens: list[np.ndarray] = []
+        length = 0
+        for k in turns:
+            t, prompt = ep.transitions[k], ep.prompt_ids(k)
+            if length:  # chat view: this prompt must extend everything so far
+                prev = np.concatenate(tokens)
+                if prompt.size < length or not np.array_equal(prompt[:length], prev):
+                    raise ValueError(
+                        f"episode {ep.episode_id} turn {k}: the prompt does not extend the previous turn's prompt "
+                        "and action, so the episode cannot be one chat-history row; build the prompts with "
+                        "ChatFormat (append-only) or use view='per_turn'"
+                    )
+            tokens.append(prompt[length:])
+            marks.append((k, prompt.size))
+            tokens.append(t.action_ids)
+            length = prompt.size + t.action_ids.size
+        tok = np.concatenate(tokens).astype(np.int32)
     L = tok.size
     loss_mask = np.zeros(L, bool)
     a = np.zeros(L, np.float32)

@@ -1,9 +1,14 @@
 """Host records of collected experience: one `Transition` per turn, one `Episode` per finished episode.
 
-Token arrays are the exact ids the model was conditioned on (`prompt_ids`) and sampled (`action_ids`);
+Token arrays are the exact ids the model was conditioned on (the prompt) and sampled (`action_ids`);
 `action_logprobs[i]` is log p(action_ids[i] | prompt, action_ids[:i]) under the sampling policy.
-In the chat-history view a turn's prompt extends the previous turn's prompt + action (+ the tokens
-`ChatFormat` appended: a closing token for a truncated action, then the observation).
+Chat-history view: a turn's prompt extends the previous turn's prompt + action (+ the tokens `ChatFormat`
+appended: a closing token for a truncated action, then the observation), so the episode keeps one token stream
+(`Episode.stream`, ending with the last action) and a transition only the offset where its action starts
+(`prompt_len`): turn k's prompt is `stream[:prompt_len]`, its action the next `action_ids.size` tokens. Memory is
+linear in the episode's length, not quadratic in its turns.
+Per-turn view: every prompt is a fresh template, so each transition owns it (`prompt_ids`) and there is no stream.
+`Episode.prompt_ids(k)` gives turn k's prompt in both views.
 """
 
 from __future__ import annotations
@@ -20,20 +25,21 @@ def _ids(x: Any) -> np.ndarray:
 
 @dataclass
 class Transition:
-    """One turn: the prompt the model saw, the action it sampled, and the reward the env returned."""
+    """One turn: where its prompt ends (or the prompt itself), the action sampled, the reward the env returned."""
 
     episode_id: int
     turn: int
-    prompt_ids: np.ndarray
+    prompt_len: int  # where the action starts in the episode's stream (chat view), or prompt_ids.size (per-turn)
     action_ids: np.ndarray
     action_logprobs: np.ndarray
     reward: float = 0.0
     value: float | None = None  # critic value at the last prompt token (PPO with a critic)
     stopped: bool = True  # the action ended with a stop token (False: cut at the token limit)
     info: dict[str, Any] = field(default_factory=dict)
+    prompt_ids: np.ndarray | None = None  # per-turn view only: this turn's own prompt (a fresh template)
 
     def __post_init__(self) -> None:
-        self.prompt_ids = _ids(self.prompt_ids)
+        self.prompt_len = int(self.prompt_len)
         self.action_ids = _ids(self.action_ids)
         self.action_logprobs = np.asarray(self.action_logprobs, dtype=np.float32).reshape(-1)
         if self.action_logprobs.shape != self.action_ids.shape:
@@ -41,7 +47,14 @@ class Transition:
                 f"transition {self.episode_id}/{self.turn}: {self.action_logprobs.size} action_logprobs for "
                 f"{self.action_ids.size} action_ids; the sampler returns one log-prob per sampled token"
             )
-        if self.prompt_ids.size == 0:
+        if self.prompt_ids is not None:
+            self.prompt_ids = _ids(self.prompt_ids)
+            if self.prompt_len != self.prompt_ids.size:
+                raise ValueError(
+                    f"transition {self.episode_id}/{self.turn}: prompt_len={self.prompt_len} but prompt_ids holds "
+                    f"{self.prompt_ids.size} tokens; a transition that owns its prompt has prompt_len == its size"
+                )
+        if self.prompt_len < 1:
             raise ValueError(f"transition {self.episode_id}/{self.turn} has an empty prompt")
         self.reward = float(self.reward)
 
@@ -49,7 +62,8 @@ class Transition:
 @dataclass
 class Episode:
     """A finished episode. `truncated`: ended by the turn limit or a fault rather than by the game;
-    `fault`: the env failed (the pool's message), in which case the episode is usually dropped."""
+    `fault`: the env failed (the pool's message), in which case the episode is usually dropped;
+    `stream`: chat view only, every token the model was conditioned on and sampled, ending with the last action."""
 
     episode_id: int
     group_id: int
@@ -59,11 +73,43 @@ class Episode:
     success: bool = False
     truncated: bool = False
     fault: str | None = None
+    stream: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        if self.stream is not None:
+            self.stream = np.asarray(self.stream, dtype=np.int32)
+            if self.stream.ndim != 1:
+                raise ValueError(f"episode {self.episode_id}: stream must be 1-D, got shape {self.stream.shape}")
+        end = 0  # where the previous stream turn's action ends
         for k, t in enumerate(self.transitions):
             if t.episode_id != self.episode_id:
                 raise ValueError(f"episode {self.episode_id} holds transition {k} of episode {t.episode_id}")
+            if t.prompt_ids is not None:
+                continue
+            if self.stream is None:
+                raise ValueError(
+                    f"episode {self.episode_id} turn {k} has no prompt_ids and the episode has no stream to "
+                    "find its prompt in; pass stream= (chat view) or the transition's prompt_ids (per-turn view)"
+                )
+            if t.prompt_len < end:
+                raise ValueError(
+                    f"episode {self.episode_id} turn {k}: prompt_len={t.prompt_len} ends before the previous "
+                    f"turn's action (which ends at {end}); each turn's prompt extends the previous prompt and action"
+                )
+            end = t.prompt_len + t.action_ids.size
+            if end > self.stream.size or not np.array_equal(self.stream[t.prompt_len : end], t.action_ids):
+                raise ValueError(
+                    f"episode {self.episode_id} turn {k}: the action does not match the stream at "
+                    f"[{t.prompt_len}:{end}] (stream of {self.stream.size} tokens)"
+                )
+
+    def prompt_ids(self, k: int) -> np.ndarray:
+        """Turn k's prompt: the transition's own (per-turn view) or a view of the stream's head (chat view)."""
+        t = self.transitions[k]
+        if t.prompt_ids is not None:
+            return t.prompt_ids
+        assert self.stream is not None  # checked in __post_init__
+        return self.stream[: t.prompt_len]
 
     @property
     def num_turns(self) -> int:

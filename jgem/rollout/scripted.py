@@ -2,9 +2,10 @@
 
 A game's reference solver (`jgem.envs.games.solvers`) plays; with probability `epsilon` a turn is a
 random legal action instead (a weaker teacher, so RL has room to improve on the warm start). Actions
-become `ChatFormat.action_ids(text)` (canonical tokens plus the end-of-turn token) and the prompts grow
-through the same `first_prompt`/`next_prompt` as the collector's, so supervised warm start and RL see
-one token layout.
+become `ChatFormat.action_ids(text)` (canonical tokens plus the end-of-turn token) and the prompts come
+from the same `jgem.rollout.views` as the rollout engine's, so supervised warm start and RL see one token
+layout: in the chat view one stream per episode (transitions hold offsets into it), in the per-turn view
+one prompt per transition.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from jgem.core import Env, Wrapper
 from jgem.envs.games.solvers import solver_for
 from jgem.models.tokenizer import ChatFormat
 from jgem.registry import make
-from jgem.rollout.collector import EpisodeSpec, View, first_prompt, next_prompt, wrappers_for_view
+from jgem.rollout.engine import EpisodeSpec
 from jgem.rollout.episode import Episode, Transition
+from jgem.rollout.views import View, first_prompt, next_prompt, observation_suffix, wrappers_for_view
 
 
 class _Tap(Wrapper):
@@ -60,6 +62,7 @@ def scripted_episodes(
         obs, info = env.reset(seed=spec.seed)
         solver.reset(*tap.last, raw)
         prompt, num_messages = first_prompt(chat, view, obs)
+        stream = list(prompt) if view == "chat" else None  # chat view: one growing list, appended to (linear)
         transitions: list[Transition] = []
         done = truncated = False
         while not done:
@@ -68,21 +71,23 @@ def scripted_episodes(
                 text = raw.sample_random_action()
             ids = chat.action_ids(text)
             obs, reward, terminated, truncated, info = env.step(text)
-            transitions.append(
-                Transition(
-                    spec.episode_id,
-                    len(transitions),
-                    np.asarray(prompt, np.int32),
-                    ids,
-                    np.zeros(len(ids), np.float32),
-                    reward,
+            k, logprobs = len(transitions), np.zeros(len(ids), np.float32)
+            if stream is not None:
+                transitions.append(Transition(spec.episode_id, k, len(stream), ids, logprobs, reward))
+                stream.extend(ids)
+            else:
+                transitions.append(
+                    Transition(spec.episode_id, k, len(prompt), ids, logprobs, reward, prompt_ids=prompt)
                 )
-            )
             done = terminated or truncated
             if not done and len(transitions) >= max_turns:
                 done = truncated = True
             if not done:
-                prompt, num_messages = next_prompt(chat, view, prompt, num_messages, ids, obs)
+                if stream is not None:
+                    stream.extend(observation_suffix(chat, num_messages, ids, obs))
+                    num_messages = len(obs)
+                else:
+                    prompt, num_messages = next_prompt(chat, view, prompt, num_messages, ids, obs)
         episodes.append(
             Episode(
                 spec.episode_id,
@@ -92,6 +97,7 @@ def scripted_episodes(
                 transitions,
                 success=bool(info.get("success", False)),
                 truncated=truncated,
+                stream=None if stream is None else np.asarray(stream, np.int32),
             )
         )
     env.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jgem.core import Env
 from jgem.envs.games.guess_the_number import GuessTheNumberEnv
 
 
@@ -22,3 +23,23 @@ class FlakyGuessEnv(GuessTheNumberEnv):
         if self._flaky_seed % 3 == 1:
             raise RuntimeError(f"injected step failure (seed {self._flaky_seed})")
         return super().step(action)
+
+
+class TalkEnv(Env):
+    """Any action is a move: the episode lasts 2 + seed % 4 turns whatever the model says, each turn answering with
+    a short observation and a reward of 0.1 * turn (multi-turn episodes of uneven length for an untrained model)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(seed=seed)
+        self.turns = self.turn = 0
+
+    def reset(self, seed: int | None = None):
+        super().reset(seed)
+        self.turns, self.turn = 2 + (0 if seed is None else seed) % 4, 0
+        return f"Talk for {self.turns} turns. Seed {seed}.", {}
+
+    def step(self, action: str):
+        self.turn += 1
+        done = self.turn >= self.turns
+        obs = f"Turn {self.turn}: you said {len(action)} characters; {self.np_random.integers(100)} is next."
+        return obs, 0.1 * self.turn, done, False, {"success": done} if done else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -20,13 +21,23 @@ def two_episodes() -> list[Episode]:
         env_id="game:GuessTheNumber-v0-easy",
         seed=1,
         transitions=[
-            Transition(0, 0, [1, 2, 3], [10, 11], [-0.1, -0.2], reward=0.0, value=0.5),
-            Transition(0, 1, [1, 2, 3, 10, 11, 4, 5], [12], [-0.3], reward=1.0, value=0.25),
+            Transition(0, 0, 3, [10, 11], [-0.1, -0.2], reward=0.0, value=0.5),  # prompt [1, 2, 3]
+            Transition(0, 1, 7, [12], [-0.3], reward=1.0, value=0.25),  # prompt [1, 2, 3, 10, 11, 4, 5]
         ],
         success=True,
+        stream=[1, 2, 3, 10, 11, 4, 5, 12],
     )
-    b = Episode(1, 7, "game:GuessTheNumber-v0-easy", 2, [Transition(1, 0, [6, 7], [13, 14, 15], [-0.4, -0.5, -0.6])])
+    b = Episode(
+        1, 7, "game:GuessTheNumber-v0-easy", 2, [Transition(1, 0, 2, [13, 14, 15], [-0.4, -0.5, -0.6])],
+        stream=[6, 7, 13, 14, 15],
+    )  # fmt: skip
     return [a, b]
+
+
+def owning_prompts(ep: Episode) -> Episode:
+    """The same episode with every transition holding its own prompt copy (as the per-turn view records it)."""
+    trans = [dataclasses.replace(t, prompt_ids=ep.prompt_ids(k).copy()) for k, t in enumerate(ep.transitions)]
+    return dataclasses.replace(ep, transitions=trans, stream=None)
 
 
 ADV = np.array([[1.0, 2.0], [3.0, 0.0]], np.float32)
@@ -36,11 +47,52 @@ def test_episode_records():
     a, b = two_episodes()
     assert a.num_turns == 2 and a.episode_return == 1.0 and a.num_action_tokens == 3
     np.testing.assert_array_equal(a.rewards, [0.0, 1.0])
-    assert a.transitions[0].prompt_ids.dtype == np.int32
+    assert a.stream.dtype == np.int32 and a.prompt_ids(0).dtype == np.int32
+    np.testing.assert_array_equal(a.prompt_ids(1), [1, 2, 3, 10, 11, 4, 5])
     with pytest.raises(ValueError, match="one log-prob per sampled token"):
-        Transition(0, 0, [1], [2, 3], [-1.0])
+        Transition(0, 0, 1, [2, 3], [-1.0])
+    with pytest.raises(ValueError, match="empty prompt"):
+        Transition(0, 0, 0, [2], [-1.0])
     with pytest.raises(ValueError, match="holds transition 0 of episode 5"):
-        Episode(0, 0, "x", None, [Transition(5, 0, [1], [2], [-1.0])])
+        Episode(0, 0, "x", None, [Transition(5, 0, 1, [2], [-1.0], prompt_ids=[1])])
+
+
+def test_chat_view_transitions_hold_offsets_not_prompt_copies():
+    a, b = two_episodes()
+    for ep in (a, b):
+        for k, t in enumerate(ep.transitions):
+            assert t.prompt_ids is None
+            assert ep.prompt_ids(k).size == t.prompt_len and np.shares_memory(ep.prompt_ids(k), ep.stream)
+    # the same episodes with owned prompt copies pack bit-identically in both views
+    for view in ("chat", "per_turn"):
+        want = build_batch([a, b], ADV, view=view, buckets=(16,)).arrays
+        got = build_batch([owning_prompts(a), owning_prompts(b)], ADV, view=view, buckets=(16,)).arrays
+        assert want.keys() == got.keys()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_episode_refuses_actions_off_its_stream():
+    t0, t1 = two_episodes()[0].transitions
+    stream = [1, 2, 3, 10, 11, 4, 5, 12]
+    with pytest.raises(ValueError, match="episode 0 turn 1: the action does not match the stream"):
+        Episode(0, 0, "x", None, [t0, t1], stream=[1, 2, 3, 10, 11, 4, 5, 13])
+    with pytest.raises(ValueError, match="episode 0 turn 1: the action does not match the stream"):
+        Episode(0, 0, "x", None, [t0, t1], stream=stream[:-1])  # the stream ends inside the action
+    with pytest.raises(ValueError, match="episode 0 turn 1: prompt_len=4 ends before the previous turn's action"):
+        Episode(0, 0, "x", None, [t0, dataclasses.replace(t1, prompt_len=4)], stream=[1, 2, 3, 10, 11, 12])
+    with pytest.raises(ValueError, match="episode 0 turn 0 has no prompt_ids and the episode has no stream"):
+        Episode(0, 0, "x", None, [t0, t1])
+    with pytest.raises(ValueError, match="stream must be 1-D"):
+        Episode(0, 0, "x", None, [t0, t1], stream=[stream])
+
+
+def test_transition_prompt_len_is_its_own_prompts_size():
+    assert Transition(0, 0, 3, [4], [-1.0], prompt_ids=[1, 2, 3]).prompt_ids.dtype == np.int32
+    with pytest.raises(ValueError, match="prompt_len=2 but prompt_ids holds 3 tokens"):
+        Transition(0, 0, 2, [4], [-1.0], prompt_ids=[1, 2, 3])
+    with pytest.raises(ValueError, match="empty prompt"):
+        Transition(0, 0, 0, [4], [-1.0], prompt_ids=[])
 
 
 def test_turn_arrays_pad_and_mask():
@@ -100,8 +152,8 @@ def test_two_episodes_per_turn_view_exact_arrays_with_critic():
 
 
 def test_chat_view_refuses_non_extending_prompts():
-    a, _ = two_episodes()
-    a.transitions[1].prompt_ids = np.array([9, 9, 9, 9, 9, 9], np.int32)
+    a = owning_prompts(two_episodes()[0])
+    a.transitions[1] = dataclasses.replace(a.transitions[1], prompt_len=6, prompt_ids=[9, 9, 9, 9, 9, 9])
     with pytest.raises(ValueError, match="view='per_turn'"):
         build_batch([a], ADV[:1], view="chat")
     build_batch([a], ADV[:1], view="per_turn")  # fine as per-turn prompts
@@ -148,11 +200,13 @@ def chat_episodes(draw):
         stream = draw(st.lists(st.integers(1, 50), min_size=1, max_size=6))
         trans = []
         for k in range(draw(st.integers(1, 4))):
+            if k:  # the observation after the previous action
+                stream += draw(st.lists(st.integers(1, 50), min_size=1, max_size=4))
             action = draw(st.lists(st.integers(51, 99), min_size=1, max_size=5))
             lps = [-0.01 * (i + 1) - k for i in range(len(action))]
-            trans.append(Transition(e, k, list(stream), action, lps, reward=float(k)))
-            stream = stream + action + draw(st.lists(st.integers(1, 50), min_size=1, max_size=4))
-        eps.append(Episode(e, e // 2, "x", e, trans))
+            trans.append(Transition(e, k, len(stream), action, lps, reward=float(k)))
+            stream += action
+        eps.append(Episode(e, e // 2, "x", e, trans, stream=stream))
     return eps
 
 
@@ -225,20 +279,21 @@ def test_chatformat_episodes_pack_in_both_views():
     episodes, actions = [], []
     for e in range(3):
         obs, _ = env.reset(seed=e)
-        prompt = chat.start([{"role": "user", "content": obs}])
+        stream = chat.start([{"role": "user", "content": obs}])
         trans, lo, hi = [], 1, 10
         for k in range(4):
             guess = (lo + hi) // 2
             text = f"My guess is \\boxed{{{guess}}}"
             ids = chat.action_ids(text)
             obs, reward, terminated, truncated, _ = env.step(chat.action_text(ids))
-            trans.append(Transition(e, k, prompt, ids, np.full(len(ids), -0.5), reward=reward))
+            trans.append(Transition(e, k, len(stream), ids, np.full(len(ids), -0.5), reward=reward))
+            stream += ids
             actions.append(text)
             if terminated or truncated:
                 break
             lo, hi = (lo, guess - 1) if "lower" in obs.lower() else (guess + 1, hi)
-            prompt = np.concatenate([prompt, ids, chat.observation_tokens(obs)])
-        episodes.append(Episode(e, 0, "game:GuessTheNumber-v0-easy", e, trans))
+            stream += chat.observation_tokens(obs)
+        episodes.append(Episode(e, 0, "game:GuessTheNumber-v0-easy", e, trans, stream=stream))
     K = max(ep.num_turns for ep in episodes)
     adv = np.ones((len(episodes), K), np.float32)
     for view in ("chat", "per_turn"):
@@ -278,9 +333,9 @@ def test_chat_and_per_turn_views_give_the_same_loss_and_gradient():
         stream, trans = list(rng.integers(3, 1000, size=5)), []
         for k in range(e + 1):
             action = list(rng.integers(3, 1000, size=3 + k))
-            trans.append(Transition(e, k, stream, action, np.zeros(len(action))))
+            trans.append(Transition(e, k, len(stream), action, np.zeros(len(action))))
             stream = stream + action + list(rng.integers(3, 1000, size=4))
-        eps.append(Episode(e, 0, "x", e, trans))
+        eps.append(Episode(e, 0, "x", e, trans, stream=stream[:-4]))  # the stream ends with the last action
     adv = rng.normal(size=(3, 3)).astype(np.float32)
 
     def objective(params, arrays):

@@ -1,0 +1,390 @@
+"""The rollout engine: continuous batching of multi-turn episodes over per-episode KV-cache slots.
+
+Each env of the pool owns one slot of a `SlotEngine` (`jgem/rollout/slots.py`), which holds its live
+episode's whole token stream. The host loop, per round:
+1. takes whatever the pool has finished (`EnvPool.recv` partial batches; no env groups): a reset starts an
+   episode's first prompt, a step result records the turn and appends the new tokens to the stream (chat
+   view: the action's closing token if it was cut, then `ChatFormat.observation_tokens` of the new messages);
+2. prefills only those new tokens into their slots (`extend`), after what each slot already holds, so every
+   token of an episode is prefilled once. The episodes of a group share their first prompt: it is prefilled
+   into one slot and copied into the others;
+3. dispatches one decode chunk (a few steps) over the slots that are generating, and while the device runs,
+   takes more env results;
+4. reads the chunk's tokens: every action that ended (stop token or token limit) is decoded once and sent to
+   its env at once (`EnvPool.send`); no slot waits for another's generation or env step. A slot whose
+   episode ended is reset onto the next `EpisodeSpec`.
+
+A token's sampling key is a function of (run key, episode id, turn, index in the action), so the episodes do not
+depend on slots, chunks, arrival order or the pool's backend. `collect` plays a fixed list of specs to the end
+and leaves nothing in flight, so a checkpoint between steps is exact.
+
+The per-turn view (GEM's fresh template every turn) runs on the same loop, but a turn's prompt is not a prefix
+of the next one: each turn is a fresh prefill into the slot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jgem.envs.pool import EnvPool
+from jgem.models.config import ModelConfig
+from jgem.models.tokenizer import ChatFormat
+from jgem.rollout.episode import Episode, Transition
+from jgem.rollout.slots import Sampling, SlotEngine
+from jgem.rollout.views import View, first_prompt, observation_suffix, wrappers_for_view
+
+__all__ = ["EpisodeSpec", "RolloutConfig", "RolloutEngine", "RolloutStats", "wrappers_for_view"]
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are played. Token budgets: `max_new_tokens` per turn, `max_episode_tokens` per
+    episode (chat view: the whole stream; per-turn view: one prompt plus its action), which is also the length
+    of a KV-cache slot. `chunk_steps`: decode steps per chunk (between two looks at the envs);
+    `extend_chunk`: the most tokens one prefill call takes per slot (longer prompts are prefilled in pieces)."""
+
+    view: View = "chat"
+    max_new_tokens: int = 32
+    max_episode_tokens: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    greedy: bool = False
+    chunk_steps: int = 8
+    extend_chunk: int = 512
+    # What the env receives for a response cut at max_new_tokens (no stop token): an invalid action,
+    # which GEM's games score as a format error.
+    invalid_action: str = ""
+
+    def __post_init__(self) -> None:
+        if self.view not in ("chat", "per_turn"):
+            raise ValueError(f"RolloutConfig.view {self.view!r}; choose 'chat' or 'per_turn'")
+        if self.max_new_tokens < 1 or self.max_episode_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"need 1 <= max_new_tokens ({self.max_new_tokens}) < max_episode_tokens ({self.max_episode_tokens})"
+            )
+        if self.chunk_steps < 1:
+            raise ValueError(f"RolloutConfig.chunk_steps must be >= 1, got {self.chunk_steps}")
+        if self.extend_chunk < 16:
+            raise ValueError(f"RolloutConfig.extend_chunk must be >= 16, got {self.extend_chunk}")
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k, self.greedy)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play: its id, its group (episodes of a group share a start state) and seed."""
+
+    episode_id: int
+    group_id: int
+    seed: int
+
+
+@dataclass
+class RolloutStats:
+    """Counters of one `collect` call. `prefill_tokens`: prompt tokens the model processed (prefilled, or fed
+    as a turn's first decode input); `stream_tokens`: the tokens of the episodes' streams (chat view: each
+    episode's stream once; per-turn view: each turn's prompt and action); `shared_prefix_tokens`: first-prompt
+    tokens copied from a group peer's slot instead of prefilled; `decode_rows`/`decode_active`: row-steps the
+    decode chunks computed / of which a slot was generating."""
+
+    turns: int = 0
+    episodes: int = 0
+    faults: int = 0
+    truncated_actions: int = 0
+    budget_truncations: int = 0
+    prefill_tokens: int = 0
+    prefill_computed: int = 0
+    shared_prefix_tokens: int = 0
+    stream_tokens: int = 0
+    action_tokens: int = 0
+    decode_chunks: int = 0
+    decode_rows: int = 0
+    decode_active: int = 0
+
+    def as_metrics(self) -> dict[str, float]:
+        out = {f"collect/{k}": float(v) for k, v in dataclasses.asdict(self).items()}
+        out["collect/prefill_per_stream_token"] = self.prefill_tokens / max(1, self.stream_tokens)
+        out["collect/slot_utilisation"] = self.decode_active / max(1, self.decode_rows)
+        return out
+
+
+Phase = Literal["env", "extend", "decode"]
+
+
+@dataclass
+class _Live:
+    """An episode in a slot. `stream`: chat view, the whole stream so far; per-turn view, this turn's prompt
+    and the action being sampled. The slot holds the keys and values of stream[:cached]."""
+
+    spec: EpisodeSpec
+    phase: Phase = "env"
+    stream: list[int] = field(default_factory=list)
+    cached: int = 0
+    prompt_len: int = 0  # where the current action starts in `stream`
+    num_messages: int = 0
+    action: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    limit: int = 0
+    transitions: list[Transition] = field(default_factory=list)
+    prefix_key: tuple | None = None  # (group, first prompt) while the slot holds that prompt's keys and values
+
+
+class RolloutEngine:
+    """Plays `EpisodeSpec`s on a pool with a model, one KV-cache slot per env. The pool's envs must be wrapped
+    for the view (`wrappers_for_view`). `turn_token_limit(spec, turn)`, if given, caps a turn's action below
+    `max_new_tokens` (benchmarks use it to give responses an LLM's spread of lengths)."""
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        pool: EnvPool,
+        chat: ChatFormat,
+        cfg: RolloutConfig,
+        *,
+        env_name: str = "",
+        mesh: Any = None,
+        cache_dtype: str | None = None,
+        turn_token_limit: Callable[[EpisodeSpec, int], int] | None = None,
+    ) -> None:
+        self.pool, self.chat, self.cfg, self.env_name = pool, chat, cfg, env_name
+        self.turn_token_limit = turn_token_limit
+        self.slots = SlotEngine(
+            model_cfg,
+            num_slots=pool.num_envs,
+            max_len=cfg.max_episode_tokens,
+            eos_ids=chat.stop_token_ids,
+            pad_id=chat.pad_id,
+            chunk_steps=cfg.chunk_steps,
+            extend_chunk=cfg.extend_chunk,
+            cache_dtype=cache_dtype,
+            mesh=mesh,
+        )
+        self.stats = RolloutStats()
+
+    @property
+    def num_compilations(self) -> int:
+        return self.slots.num_compilations
+
+    # -- public ------------------------------------------------------------------------------------
+
+    def collect(
+        self,
+        model: Any,
+        specs: Sequence[EpisodeSpec],
+        rng: jax.Array,
+        *,
+        max_turns: int,
+        greedy: bool | None = None,
+    ) -> list[Episode]:
+        """Play every spec to its end (or `max_turns`, or a token budget); episodes in `specs` order. `model`: an
+        nnx module or `(graphdef, state)`; `greedy` overrides the config's for this call (evaluation)."""
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        ids = [s.episode_id for s in specs]
+        if len(set(ids)) != len(ids):
+            raise ValueError("collect: episode ids repeat; each spec needs its own episode_id (it keys the sampling)")
+        model = nnx.split(model) if isinstance(model, nnx.Module) else model
+        sampling = self.cfg.sampling if greedy is None else dataclasses.replace(self.cfg.sampling, greedy=greedy)
+        self.stats = RolloutStats()
+        self._queue = deque(specs)
+        self._live: list[_Live | None] = [None] * self.pool.num_envs
+        self._finished: dict[int, Episode] = {}
+        self._max_turns = max_turns
+        if self.pool.num_in_flight:
+            raise ValueError("collect needs an idle pool; recv() the commands in flight first")
+        self._start_free()
+        while any(x is not None for x in self._live):
+            decoding = [i for i, x in enumerate(self._live) if x is not None and x.phase == "decode"]
+            extending = [i for i, x in enumerate(self._live) if x is not None and x.phase == "extend"]
+            if not decoding and not extending:
+                self._receive(block=True)
+                self._start_free()
+                continue
+            if extending:
+                self._extend(model, extending)
+                decoding += extending
+            handle = self._dispatch(model, decoding, rng, sampling)
+            self._receive(block=False)  # env results that came in while the device decodes
+            self._take_actions(decoding, handle)
+            self._start_free()
+        return [self._finished[s.episode_id] for s in specs]
+
+    # -- the loop's steps ------------------------------------------------------------------------------
+
+    def _start_free(self) -> None:
+        """Reset free envs onto the next specs."""
+        free = [i for i, x in enumerate(self._live) if x is None][: len(self._queue)]
+        if free:
+            specs = [self._queue.popleft() for _ in free]
+            for i, s in zip(free, specs):
+                self._live[i] = _Live(s)
+            self.pool.reset(free, [s.seed for s in specs])
+
+    def _receive(self, *, block: bool) -> None:
+        if not self.pool.num_in_flight:
+            return
+        b = self.pool.recv(timeout=None, at_least=1) if block else self.pool.recv(timeout=0.0)
+        for j, i in enumerate(b.env_ids.tolist()):
+            result = (b.obs[j], float(b.rewards[j]), bool(b.terminated[j]), bool(b.truncated[j]), b.infos[j])
+            (self._on_reset if b.is_reset[j] else self._on_step)(i, *result)
+
+    def _on_reset(self, i: int, obs: Any, reward: float, terminated: bool, truncated: bool, info: dict) -> None:
+        ep = self._live[i]
+        if "fault" in info:
+            self.stats.faults += 1
+            self._finish(i, info, truncated=True)
+            return
+        ep.stream, ep.num_messages = first_prompt(self.chat, self.cfg.view, obs)
+        if len(ep.stream) + self.cfg.max_new_tokens > self.cfg.max_episode_tokens:
+            raise ValueError(
+                f"the first prompt of episode {ep.spec.episode_id} has {len(ep.stream)} tokens, which leaves no room "
+                f"for {self.cfg.max_new_tokens} new tokens within max_episode_tokens="
+                f"{self.cfg.max_episode_tokens}; raise max_episode_tokens"
+            )
+        ep.cached, ep.prefix_key = 0, None
+        self._begin_turn(ep)
+
+    def _on_step(self, i: int, obs: Any, reward: float, terminated: bool, truncated: bool, info: dict) -> None:
+        cfg, chat, ep = self.cfg, self.chat, self._live[i]
+        action = ep.action
+        stopped = chat.ends_with_stop(action)
+        per_turn = cfg.view == "per_turn"
+        ep.transitions.append(
+            Transition(
+                ep.spec.episode_id,
+                len(ep.transitions),
+                ep.prompt_len,
+                np.asarray(action, np.int32),
+                np.asarray(ep.logprobs, np.float32),
+                reward,
+                stopped=stopped,
+                prompt_ids=np.asarray(ep.stream[: ep.prompt_len], np.int32) if per_turn else None,
+            )
+        )
+        self.stats.turns += 1
+        self.stats.action_tokens += len(action)
+        if per_turn:
+            self.stats.stream_tokens += ep.prompt_len + len(action)
+        fault = "fault" in info
+        self.stats.faults += fault
+        done = terminated or truncated or fault
+        if not done and len(ep.transitions) >= self._max_turns:
+            done, truncated = True, True
+        if not done:
+            if per_turn:
+                ep.stream, ep.num_messages = first_prompt(chat, "per_turn", obs)
+                ep.cached, ep.prefix_key = 0, None
+            else:
+                ep.stream += observation_suffix(chat, ep.num_messages, action, obs)
+                ep.num_messages = len(obs)
+            if len(ep.stream) + cfg.max_new_tokens > cfg.max_episode_tokens:
+                self.stats.budget_truncations += 1
+                done, truncated = True, True
+            else:
+                self._begin_turn(ep)
+        if done:
+            self._finish(i, info, truncated=truncated)
+
+    def _begin_turn(self, ep: _Live) -> None:
+        ep.prompt_len, ep.action, ep.logprobs, ep.phase = len(ep.stream), [], [], "extend"
+        limit = self.cfg.max_new_tokens
+        if self.turn_token_limit is not None:
+            limit = max(1, min(limit, int(self.turn_token_limit(ep.spec, len(ep.transitions)))))
+        ep.limit = limit
+
+    def _finish(self, i: int, info: dict, *, truncated: bool) -> None:
+        ep = self._live[i]
+        stream = None
+        if self.cfg.view == "chat" and ep.transitions:
+            last = ep.transitions[-1]
+            stream = np.asarray(ep.stream[: last.prompt_len + last.action_ids.size], np.int32)
+            self.stats.stream_tokens += stream.size
+        self._finished[ep.spec.episode_id] = Episode(
+            ep.spec.episode_id,
+            ep.spec.group_id,
+            self.env_name,
+            ep.spec.seed,
+            ep.transitions,
+            success=bool(info.get("success", False)),
+            truncated=truncated,
+            fault=info.get("fault"),
+            stream=stream,
+        )
+        self.stats.episodes += 1
+        self._live[i] = None
+
+    def _extend(self, model: Any, slots: list[int]) -> None:
+        """Prefill each slot's new tokens (all but the last, which the decode chunk feeds); a group's first
+        prompt is prefilled once and copied into its peers' slots."""
+        items, copies = [], []
+        holders = {x.prefix_key: i for i, x in enumerate(self._live) if x is not None and x.prefix_key is not None}
+        for i in slots:
+            ep = self._live[i]
+            todo = ep.stream[ep.cached : -1]
+            if ep.cached == 0 and not ep.transitions and self.cfg.view == "chat":
+                ep.prefix_key = (ep.spec.group_id, tuple(ep.stream))
+                src = holders.get(ep.prefix_key)
+                if src is not None and src != i:
+                    copies.append((src, i))
+                    self.stats.shared_prefix_tokens += len(todo)
+                    todo = []
+                else:
+                    holders[ep.prefix_key] = i
+            if todo:
+                items.append((i, todo, ep.cached))
+            self.stats.prefill_tokens += 1  # the last token, fed by the decode chunk
+            ep.cached, ep.phase = len(ep.stream) - 1, "decode"
+        real, computed = self.slots.extend(model, items)
+        self.slots.copy([s for s, _ in copies], [d for _, d in copies])
+        self.stats.prefill_tokens += real
+        self.stats.prefill_computed += computed
+
+    def _dispatch(self, model: Any, slots: list[int], rng: jax.Array, sampling: Sampling) -> Any:
+        eps = [self._live[i] for i in slots]
+        handle, rows = self.slots.decode(
+            model,
+            slots,
+            last=[e.stream[-1] for e in eps],
+            pos=[len(e.stream) - 1 for e in eps],
+            ntok=[len(e.action) for e in eps],
+            limit=[e.limit for e in eps],
+            episode=[e.spec.episode_id for e in eps],
+            turn=[len(e.transitions) for e in eps],
+            key=rng,
+            sampling=sampling,
+        )
+        self.stats.decode_chunks += 1
+        return handle, rows
+
+    def _take_actions(self, slots: list[int], dispatched: tuple[Any, int]) -> None:
+        """Append each slot's new tokens; send every action that ended to its env."""
+        handle, rows = dispatched
+        out = self.slots.fetch(handle)
+        self.stats.decode_rows += rows * max(len(t) for t, _ in out)
+        send_ids, texts = [], []
+        for i, (toks, lps) in zip(slots, out):
+            ep = self._live[i]
+            self.stats.decode_active += len(toks)
+            ep.action += toks.tolist()
+            ep.logprobs += lps.tolist()
+            ep.stream += toks.tolist()
+            ep.cached = len(ep.stream) - 1
+            stopped = self.chat.ends_with_stop(ep.action)
+            if stopped or len(ep.action) >= ep.limit:
+                self.stats.truncated_actions += not stopped
+                ep.phase = "env"
+                send_ids.append(i)
+                texts.append(self.chat.action_text(ep.action) if stopped else self.cfg.invalid_action)
+        if send_ids:
+            self.pool.send(send_ids, texts)

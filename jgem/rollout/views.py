@@ -1,0 +1,56 @@
+"""The two multi-turn views' token layouts: a turn's prompt from the env's observation.
+
+Chat view: an episode is one growing token stream: the first prompt from the chat template, then for every
+turn the sampled action ids exactly as sampled, a closing token if the action was cut, and
+`ChatFormat.observation_tokens` of the env's new messages. Nothing is decoded and re-encoded, so each turn's
+prompt extends the previous one and the rollout engine's KV cache for the stream lives on.
+Per-turn view (GEM style): every turn's prompt is a fresh template of the history wrapper's text, not a prefix of
+the next one.
+
+The rollout engine and the scripted teacher both build prompts here, so RL and the warm start see one layout.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Literal
+
+from jgem.models.tokenizer import ChatFormat
+
+View = Literal["chat", "per_turn"]
+
+
+def first_prompt(chat: ChatFormat, view: View, obs: Any) -> tuple[list[int], int]:
+    """(prompt ids, messages in the stream) for a reset observation."""
+    if view == "chat":  # obs: the ChatWrapper's messages
+        return chat.start(obs), len(obs)
+    return chat.start([{"role": "user", "content": obs}]), 0
+
+
+def next_prompt(
+    chat: ChatFormat, view: View, prompt: list[int], num_messages: int, action_ids: list[int], obs: Any
+) -> tuple[list[int], int]:
+    """The next turn's prompt after `action_ids` was played and `obs` came back.
+
+    Chat view: the stream grows by the action exactly as sampled, a closing token if it was cut, and the new
+    message(s) of the ChatWrapper (`obs[num_messages]` is the assistant action, already in the stream).
+    Per-turn view: a fresh template of the history text.
+    """
+    if view == "per_turn":
+        return chat.start([{"role": "user", "content": obs}]), 0
+    return prompt + list(action_ids) + observation_suffix(chat, num_messages, action_ids, obs), len(obs)
+
+
+def observation_suffix(chat: ChatFormat, num_messages: int, action_ids: list[int], obs: Any) -> list[int]:
+    """Chat view: what follows an action in the stream: its closing token if it was cut, then the new messages of
+    the ChatWrapper's `obs` (`obs[num_messages]` is the action itself) and the next generation prompt."""
+    return chat.close_action(action_ids) + chat.observation_tokens(obs[num_messages + 1 :])
+
+
+def wrappers_for_view(view: View, system_prompt: str | None = None) -> list:
+    """The pool wrappers a view needs (picklable, so process backends can build them)."""
+    from jgem.envs.wrappers import ChatWrapper, HistoryWrapper
+
+    if view == "chat":
+        return [partial(ChatWrapper, system_prompt=system_prompt)]
+    return [partial(HistoryWrapper, mode="concat_with_action")]

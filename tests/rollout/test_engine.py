@@ -1,0 +1,276 @@
+"""The rollout engine: extend equals a fresh prefill, token exactness, determinism over slots and backends,
+budgets, faults, shared group prefixes, and envs that answer at their own pace."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jgem.algos.learner import token_logprobs
+from jgem.envs.pool import EnvPool
+from jgem.models.config import preset
+from jgem.models.kvcache import init_slots
+from jgem.models.tokenizer import ChatFormat, load_tokenizer
+from jgem.models.transformer import Transformer
+from jgem.registry import register
+from jgem.rollout.batch import build_batch
+from jgem.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, wrappers_for_view
+from jgem.rollout.scripted import scripted_episodes
+from jgem.rollout.slots import Sampling, SlotEngine
+from tests.rollout.envs import FlakyGuessEnv, TalkEnv
+
+GUESS = "game:GuessTheNumber-v0-easy"
+ENV = "test:talk"
+register(ENV, TalkEnv, overwrite=True)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = load_tokenizer()
+    chat = ChatFormat(tok)
+    cfg = preset("tiny", num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2)
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    return tok, chat, cfg, model
+
+
+def _collect(setup, view="chat", n=6, num_envs=4, seed=0, max_turns=4, backend="inline", env=ENV, **rollout):
+    _, chat, cfg, model = setup
+    rcfg = RolloutConfig(view=view, max_new_tokens=rollout.pop("max_new_tokens", 8), **rollout)
+    with EnvPool(env, num_envs, backend=backend, wrappers=wrappers_for_view(view)) as pool:
+        engine = RolloutEngine(cfg, pool, chat, rcfg, env_name=env)
+        specs = [EpisodeSpec(i, i // 2, 100 + i // 2) for i in range(n)]
+        eps = engine.collect(model, specs, jax.random.key(seed), max_turns=max_turns)
+    return eps, engine.stats
+
+
+def test_extensions_equal_one_fresh_prefill(setup):
+    """Logits after a stream is prefilled in uneven pieces, rows at different lengths, equal one fresh forward; the
+    decode chunk's sampled log-probs equal the teacher-forced log-probs of the whole stream."""
+    _, _, cfg, model = setup
+    rng = np.random.default_rng(0)
+    streams = [rng.integers(3, cfg.vocab_size, n).astype(np.int32) for n in (45, 23, 60)]
+    cache = init_slots(cfg, 3, 64)
+    pieces = [[0, 5, 6, 30, 44], [0, 22], [0, 1, 2, 40, 59]]  # cut points: the last token is left to decode
+    got: list[list[np.ndarray]] = [[], [], []]
+    for j in range(max(len(p) for p in pieces)):
+        lens = [(p[j + 1] if j + 1 < len(p) else p[-1]) - (p[j] if j < len(p) else p[-1]) for p in pieces]
+        width = max(1, max(lens))
+        tok = np.zeros((3, width), np.int32)
+        pos = np.zeros((3, width), np.int32)
+        seg = np.zeros((3, width), np.int32)
+        for b, p in enumerate(pieces):
+            start = p[min(j, len(p) - 1)]
+            tok[b, : lens[b]] = streams[b][start : start + lens[b]]
+            pos[b] = start + np.arange(width)
+            seg[b, : lens[b]] = 1
+        logits, cache = model(jnp.asarray(tok), jnp.asarray(pos), segment_ids=jnp.asarray(seg), cache=cache)
+        for b in range(3):
+            got[b].append(np.asarray(logits[b, : lens[b]]))
+    for b, s in enumerate(streams):
+        fresh, _ = model(jnp.asarray(s[None]), jnp.asarray(np.arange(s.size)[None]))
+        n = pieces[b][-1]
+        np.testing.assert_allclose(np.concatenate(got[b]), np.asarray(fresh[0, :n]), atol=2e-5)
+
+    # The engine: extend in pieces through several calls, then sample 6 tokens; their log-probs equal a fresh
+    # teacher-forced pass over stream + sampled tokens.
+    eng = SlotEngine(cfg, num_slots=4, max_len=96, eos_ids=[-5], chunk_steps=3, extend_chunk=16)
+    split = nnx.split(model)
+    slots = [2, 0, 3]
+    for j in range(max(len(p) for p in pieces) - 1):
+        items = [
+            (s, streams[b][p[j] : p[j + 1]], p[j]) for b, (s, p) in enumerate(zip(slots, pieces)) if j + 1 < len(p)
+        ]
+        eng.extend(split, items)
+    acts = [[] for _ in slots]
+    lps = [[] for _ in slots]
+    for _ in range(2):  # two chunks of 3 steps
+        last = [int((np.concatenate([s[: p[-1] + 1], a]))[-1]) for s, p, a in zip(streams, pieces, acts)]
+        pos = [p[-1] + len(a) for p, a in zip(pieces, acts)]
+        handle, _ = eng.decode(
+            split, slots, last, pos, [len(a) for a in acts], [6] * 3, [7, 8, 9], [0] * 3, jax.random.key(1), Sampling()
+        )
+        for b, (t, lp) in enumerate(eng.fetch(handle)):
+            acts[b] += t.tolist()
+            lps[b] += lp.tolist()
+    for b, s in enumerate(streams):
+        full = np.concatenate([s[: pieces[b][-1] + 1], acts[b]]).astype(np.int32)
+        ref, _ = token_logprobs(model, jnp.asarray(full[None]), jnp.asarray(np.arange(full.size)[None]))
+        assert len(acts[b]) == 6
+        np.testing.assert_allclose(lps[b], np.asarray(ref[0, -6:]), atol=2e-5)
+
+
+@pytest.mark.parametrize("view", ["chat", "per_turn"])
+def test_learner_sees_exactly_the_sampled_tokens(setup, view):
+    """Behaviour log-probs recomputed by the learner on the packed batch equal the sampler's: the batch holds
+    exactly the sampled action tokens, in exactly the context the model was conditioned on."""
+    _, chat, _, model = setup
+    eps, stats = _collect(setup, view=view, temperature=1.0)
+    assert stats.turns == sum(e.num_turns for e in eps) > len(eps)
+    adv = np.zeros((len(eps), max(e.num_turns for e in eps)), np.float32)
+    packed = build_batch(eps, adv, view=view, pad_id=chat.pad_id)
+    a = packed.arrays
+    lp, _ = token_logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
+    m = a["loss_mask"]
+    assert m.sum() == sum(e.num_action_tokens for e in eps)
+    np.testing.assert_allclose(np.asarray(lp)[m], a["old_logprobs"][m], atol=2e-4)
+    if view == "chat":  # every prompt token, and each action's last token, is prefilled (or fed) once
+        prompt_tokens = stats.stream_tokens - stats.action_tokens
+        assert stats.prefill_tokens + stats.shared_prefix_tokens == prompt_tokens + stats.turns - len(eps)
+        assert all(t.prompt_ids is None for e in eps for t in e.transitions)
+
+
+def test_chat_stream_grows_by_action_and_observation_tokens(setup):
+    _, chat, *_ = setup
+    eps, _ = _collect(setup, view="chat", temperature=1.0, max_new_tokens=6)
+    multi = [e for e in eps if e.num_turns > 1]
+    assert multi
+    for e in multi:
+        for prev, nxt in zip(e.transitions, e.transitions[1:]):
+            end = prev.prompt_len + prev.action_ids.size
+            assert np.array_equal(e.stream[prev.prompt_len : end], prev.action_ids)
+            closing = chat.close_action(prev.action_ids.tolist())
+            assert e.stream[end : end + len(closing)].tolist() == closing
+            assert nxt.prompt_len > end
+
+
+def test_scripted_chat_stream_equals_chat_template(setup):
+    """With canonical action tokens (the scripted teacher), the stream is the template of the messages."""
+    tok, chat, *_ = setup
+    from jgem.envs.wrappers import ChatWrapper
+    from jgem.registry import make
+
+    eps = scripted_episodes(GUESS, [EpisodeSpec(0, 0, 5), EpisodeSpec(1, 1, 6)], chat, view="chat")
+    for e in eps:
+        env = ChatWrapper(make(GUESS))
+        msgs, _ = env.reset(seed=e.seed)
+        for t in e.transitions[:-1]:
+            msgs, *_ = env.step(chat.action_text(t.action_ids.tolist()))
+        expected = tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, return_dict=False)
+        assert e.prompt_ids(e.num_turns - 1).tolist() == list(expected)
+        assert e.success
+
+
+def test_turn_limit_and_token_budget(setup):
+    eps, stats = _collect(setup, view="chat", max_turns=1)
+    assert all(e.num_turns == 1 for e in eps)
+    _, chat, *_ = setup
+    first = len(chat.start([{"role": "user", "content": "x"}]))
+    with pytest.raises(ValueError, match="max_episode_tokens"):
+        _collect(setup, max_episode_tokens=first + 8 + 1)  # the first prompt alone is longer than that
+    eps, stats = _collect(setup, view="chat", max_turns=50, max_episode_tokens=100, temperature=1.0)
+    assert stats.budget_truncations > 0  # the stream outgrew its slot: the episode ends, truncated
+    assert all(e.stream.size <= 100 for e in eps)
+    assert sum(e.truncated for e in eps) >= stats.budget_truncations
+
+
+def test_cut_actions_are_sent_as_invalid(setup):
+    eps, stats = _collect(setup, max_new_tokens=1, temperature=1.0, env=GUESS)
+    assert stats.truncated_actions > 0
+    cut = [t for e in eps for t in e.transitions if not t.stopped]
+    assert cut and all(t.reward == pytest.approx(-0.1) for t in cut)  # GEM's format-error reward
+
+
+def _tokens(eps):
+    return [[t.action_ids.tolist() for t in e.transitions] for e in eps]
+
+
+def test_same_episodes_whatever_the_slots_backend_and_timing(setup):
+    """Tokens depend on (run key, episode, turn, index) only: not on the number of slots, the pool's backend, or
+    the order in which envs answer."""
+    ref, _ = _collect(setup, n=8, num_envs=8, seed=3, temperature=1.0)
+    assert sum(e.num_turns for e in ref) > len(ref)
+    for backend, num_envs in (("inline", 3), ("thread", 8), ("process", 5), ("thread", 1)):
+        env = TalkEnv if backend == "process" else ENV  # a process worker builds the env from an importable class
+        eps, _ = _collect(setup, n=8, num_envs=num_envs, seed=3, temperature=1.0, backend=backend, env=env)
+        assert _tokens(eps) == _tokens(ref), (backend, num_envs)
+        for x, y in zip(eps, ref):
+            np.testing.assert_array_equal(x.stream, y.stream)
+            for a, b in zip(x.transitions, y.transitions):
+                np.testing.assert_allclose(a.action_logprobs, b.action_logprobs, atol=1e-5)
+    other, _ = _collect(setup, n=8, num_envs=8, seed=4, temperature=1.0)
+    assert _tokens(other) != _tokens(ref)
+
+
+def test_groups_share_their_first_prompt(setup):
+    """Episodes 2k and 2k+1 form a group with one seed: the same first prompt, prefilled once and copied; the copy
+    gives the same log-probs as a slot's own prefill (token exactness holds for the copied slots)."""
+    _, chat, _, model = setup
+    eps, stats = _collect(setup, n=8, num_envs=8, temperature=1.0)
+    assert eps[0].group_id == eps[1].group_id and eps[0].seed == eps[1].seed
+    assert eps[0].prompt_ids(0).tolist() == eps[1].prompt_ids(0).tolist()
+    first = eps[0].transitions[0].prompt_len
+    assert stats.shared_prefix_tokens == 4 * (first - 1)  # 4 groups of 2: one prefill each, one copy each
+    packed = build_batch(eps, np.zeros((8, 8), np.float32), view="chat", pad_id=chat.pad_id)
+    a = packed.arrays
+    lp, _ = token_logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
+    np.testing.assert_allclose(np.asarray(lp)[a["loss_mask"]], a["old_logprobs"][a["loss_mask"]], atol=2e-4)
+
+
+def test_faulting_env_is_counted_and_collection_goes_on(setup):
+    register("test:flaky-guess", FlakyGuessEnv, overwrite=True)
+    eps, stats = _collect(setup, n=12, num_envs=4, backend="thread", env="test:flaky-guess", temperature=1.0)
+    assert len(eps) == 12
+    faulted = [e for e in eps if e.fault]
+    assert faulted and stats.faults == len(faulted)
+    assert all("injected" in e.fault for e in faulted)
+    assert any(e.fault is None and e.num_turns > 0 for e in eps)
+
+
+class _SlowTalk(TalkEnv):
+    """TalkEnv whose seed-1 episode takes 0.6 s a step; records when each step starts."""
+
+    log: list[tuple[int, float]] = []
+    lock = threading.Lock()
+
+    def reset(self, seed=None):
+        self._seed = seed
+        return super().reset(seed=seed)
+
+    def step(self, action):
+        with self.lock:
+            self.log.append((self._seed, time.monotonic()))
+        if self._seed == 1:
+            time.sleep(0.6)
+        return super().step(action)
+
+
+def test_a_slow_env_holds_up_only_its_own_episode(setup):
+    _, chat, cfg, model = setup
+    rcfg = RolloutConfig(max_new_tokens=4, temperature=1.0)
+    with EnvPool(_SlowTalk, 4, backend="thread", wrappers=wrappers_for_view("chat")) as pool:
+        engine = RolloutEngine(cfg, pool, chat, rcfg)
+        specs = [EpisodeSpec(i, i, 1 + 4 * i) for i in range(4)]  # seeds 1, 5, 9, 13: three turns each
+        engine.collect(model, specs, jax.random.key(0), max_turns=3)  # compiles every shape this run needs
+        _SlowTalk.log = []
+        eps = engine.collect(model, specs, jax.random.key(0), max_turns=3)
+    assert all(e.num_turns == 3 for e in eps)
+    slow = sorted(t for s, t in _SlowTalk.log if s == 1)
+    fast = [t for s, t in _SlowTalk.log if s != 1]
+    assert len(fast) == 9 and len(slow) == 3
+    assert max(fast) < slow[1], "the fast episodes waited for the slow env"
+
+
+def test_bad_specs(setup):
+    _, chat, cfg, model = setup
+    with EnvPool(ENV, 2, backend="inline", wrappers=wrappers_for_view("chat")) as pool:
+        engine = RolloutEngine(cfg, pool, chat, RolloutConfig())
+        with pytest.raises(ValueError, match="episode ids repeat"):
+            engine.collect(model, [EpisodeSpec(0, 0, 0), EpisodeSpec(0, 1, 1)], jax.random.key(0), max_turns=2)
+        with pytest.raises(ValueError, match="max_turns"):
+            engine.collect(model, [EpisodeSpec(0, 0, 0)], jax.random.key(0), max_turns=0)
+    with pytest.raises(ValueError, match="chunk_steps"):
+        RolloutConfig(chunk_steps=0)
+
+
+def test_a_cache_that_does_not_fit_is_refused_before_compiling(setup):
+    _, chat, cfg, _ = setup
+    with EnvPool(ENV, 2, backend="inline", wrappers=wrappers_for_view("chat")) as pool:
+        big = RolloutConfig(max_episode_tokens=2**34)
+        with pytest.raises(ValueError, match=r"cache does not fit: 2 slots x 17179869184 tokens"):
+            RolloutEngine(cfg, pool, chat, big)
