@@ -6,14 +6,16 @@ Three jitted programs work on the slots, each donating the cache so it is update
   short observations are not padded to a long first prompt.
 - `decode`: up to `chunk_steps` decode steps over the slots that are generating. Each step feeds every active
   slot's last token (writing its key and value) and samples the next. A slot stops at a stop token or at its
-  own token limit; the others go on. The sampling key of a token is a function of (run key, episode, turn,
+  own token limit; the others go on, until a quarter of the chunk's slots have stopped (their envs are waiting).
+  The sampling key of a token is a function of (run key, episode, turn,
   index in the action) only, so the tokens do not depend on which slot, chunk or batch served them.
 - `copy`: copy slots' rows to other slots (the shared first prompt of a group of episodes).
 
 Programs run on a *bucket* of slots: when fewer slots take part than the cache has, their rows are gathered
-into a smaller batch, run, and scattered back; with every slot taking part, the cache is used as it is.
-Bucket sizes are powers of two (and the token lengths of `extend` too), so the programs compile a bounded
-number of times.
+into a smaller batch, run, and scattered back; with every slot taking part, the cache is used as it is. They
+attend a *window* of positions: the smallest power of two that holds every position the call writes, not the
+whole slot, so attention costs what the streams hold. Bucket sizes (powers of two and 1.5x them), windows and
+the token lengths of `extend` (powers of two) are few, so the programs compile a bounded number of times.
 """
 
 from __future__ import annotations
@@ -36,20 +38,38 @@ from jgem.models.sampler import sample_logits
 
 Array = jax.Array
 MIN_EXTEND_LEN = 16  # the shortest extend bucket, in tokens
+MIN_WINDOW = 128  # the shortest attention window, in positions
+STOP_FRACTION = 4  # a decode chunk ends early once 1/STOP_FRACTION of its generating slots have stopped
 
 
 def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def take_rows(cache: SlotCache, rows: Array) -> SlotCache:
-    return SlotCache(k=tuple(x[rows] for x in cache.k), v=tuple(x[rows] for x in cache.v))
+def _bucket_size(n: int) -> int:
+    """The smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5x them) that is >= n: at most a
+    quarter of a bucket is padding."""
+    p = _pow2(n)
+    return 3 * p // 4 if p >= 4 and 3 * p // 4 >= n else p
 
 
-def put_rows(cache: SlotCache, rows: Array, sub: SlotCache) -> SlotCache:
+def take_rows(cache: SlotCache, rows: Array | None, window: int) -> SlotCache:
+    """The first `window` positions of slots `rows` (all slots when None): keyT[..., :w], value[..., :w, :]."""
+    pick = (lambda x: x) if rows is None else (lambda x: x[rows])
+    return SlotCache(k=tuple(pick(x)[..., :window] for x in cache.k), v=tuple(pick(x)[:, :, :window] for x in cache.v))
+
+
+def put_rows(cache: SlotCache, rows: Array | None, sub: SlotCache) -> SlotCache:
+    """Writes `take_rows`' result back."""
+    w = sub.max_len
+    if rows is None:
+        return SlotCache(
+            k=tuple(x.at[..., :w].set(y) for x, y in zip(cache.k, sub.k)),
+            v=tuple(x.at[:, :, :w].set(y) for x, y in zip(cache.v, sub.v)),
+        )
     return SlotCache(
-        k=tuple(x.at[rows].set(y) for x, y in zip(cache.k, sub.k)),
-        v=tuple(x.at[rows].set(y) for x, y in zip(cache.v, sub.v)),
+        k=tuple(x.at[rows, ..., :w].set(y) for x, y in zip(cache.k, sub.k)),
+        v=tuple(x.at[rows, :, :w].set(y) for x, y in zip(cache.v, sub.v)),
     )
 
 
@@ -135,8 +155,8 @@ class SlotEngine:
             cache = jax.device_put(cache, spec)
         self.cache = cache
         self._traces = 0
-        self._extend = jax.jit(self._extend_fn, static_argnums=(0, 1), donate_argnums=(3,))
-        self._decode = jax.jit(self._decode_fn, static_argnums=(0, 1, 2), donate_argnums=(4,))
+        self._extend = jax.jit(self._extend_fn, static_argnums=(0, 1, 2), donate_argnums=(4,))
+        self._decode = jax.jit(self._decode_fn, static_argnums=(0, 1, 2, 3), donate_argnums=(5,))
         self._copy = jax.jit(self._copy_fn, donate_argnums=(0,))
 
     @property
@@ -177,7 +197,8 @@ class SlotEngine:
                 if full:  # every slot takes part: put the rows in slot order, no gather
                     order = np.argsort(rows)
                     rows, tokens, starts, counts = rows[order], tokens[order], starts[order], counts[order]
-                self.cache = self._extend(graphdef, full, state, self.cache, rows, tokens, starts, counts)
+                window = self._window(int(np.max(starts + counts)))
+                self.cache = self._extend(graphdef, full, window, state, self.cache, rows, tokens, starts, counts)
             todo = rest
         return real, computed
 
@@ -211,10 +232,12 @@ class SlotEngine:
         if full:
             order = np.argsort(rows)
             rows, arrays = rows[order], [a[order] for a in arrays]
+        window = self._window(int(np.max(arrays[1])) + self.chunk_steps)
         self.cache, toks, lps, counts = self._decode(
             graphdef,
             self.chunk_steps,
             full,
+            window,
             state,
             self.cache,
             rows,
@@ -246,30 +269,38 @@ class SlotEngine:
         d = np.array(list(dst) + [dst[0]] * pad, np.int32)
         self.cache = self._copy(self.cache, s, d)
 
+    def _window(self, end: int) -> int:
+        """Positions a program attends: a power of two (at least MIN_WINDOW, at most the slot) holding `end`."""
+        return min(self.max_len, max(MIN_WINDOW, _pow2(end)))
+
     def _bucket(self, slots: list[int]) -> tuple[list[int], list[int]]:
-        """(slots, padding slots): a power-of-two bucket (at most num_slots) filled with distinct unused slots."""
-        n = min(_pow2(len(slots)), self.num_slots)
+        """(slots, padding slots): a bucket (`_bucket_size`, at most num_slots) filled with distinct unused slots."""
+        n = min(_bucket_size(len(slots)), self.num_slots)
         used = set(slots)
         pad = [s for s in range(self.num_slots) if s not in used][: n - len(slots)]
         return slots, pad
 
     # -- device programs ------------------------------------------------------------------------------
 
-    def _extend_fn(self, graphdef, full: bool, state, cache: SlotCache, rows, tokens, starts, counts) -> SlotCache:
+    def _extend_fn(
+        self, graphdef, full: bool, window: int, state, cache: SlotCache, rows, tokens, starts, counts
+    ) -> SlotCache:
         self._traces += 1
         model = nnx.merge(graphdef, state)
-        sub = cache if full else take_rows(cache, rows)
+        rows = None if full else rows
+        sub = take_rows(cache, rows, window)
         t = jnp.arange(tokens.shape[1], dtype=jnp.int32)
         positions = starts[:, None] + t[None, :]
         seg = (t[None, :] < counts[:, None]).astype(jnp.int32)
         _, sub = model.hidden(tokens, positions, segment_ids=seg, cache=sub)
-        return sub if full else put_rows(cache, rows, sub)
+        return put_rows(cache, rows, sub)
 
     def _decode_fn(
         self,
         graphdef,
         steps: int,
         full: bool,
+        window: int,
         state,
         cache: SlotCache,
         rows,
@@ -288,7 +319,8 @@ class SlotEngine:
     ):
         self._traces += 1
         model = nnx.merge(graphdef, state)
-        sub = cache if full else take_rows(cache, rows)
+        rows = None if full else rows
+        sub = take_rows(cache, rows, window)  # attention reads `window` positions, not the whole slot
         n = last.shape[0]
         fold = jax.vmap(jax.random.fold_in)
         base = fold(fold(jnp.broadcast_to(key, (n,)), episode), turn)  # one key per (episode, turn)
@@ -316,9 +348,15 @@ class SlotEngine:
             jnp.full((n, steps), self.pad_id, jnp.int32),
             jnp.zeros((n, steps), jnp.float32),
         )
-        _, sub, _, _, ntok, _, toks, lps = jax.lax.while_loop(lambda c: (c[0] < steps) & jnp.any(c[5]), body, init)
-        return (sub if full else put_rows(cache, rows, sub)), toks, lps, ntok
+        started = init[5]
+        quota = (jnp.sum(started) + STOP_FRACTION - 1) // STOP_FRACTION
+
+        def more(c):  # steps left, a slot still generating, and fewer than `quota` stopped since the chunk began
+            return (c[0] < steps) & jnp.any(c[5]) & (jnp.sum(started & ~c[5]) < quota)
+
+        _, sub, _, _, ntok, _, toks, lps = jax.lax.while_loop(more, body, init)
+        return put_rows(cache, rows, sub), toks, lps, ntok
 
     @staticmethod
     def _copy_fn(cache: SlotCache, src, dst) -> SlotCache:
-        return put_rows(cache, dst, take_rows(cache, src))
+        return put_rows(cache, dst, take_rows(cache, src, cache.max_len))

@@ -90,6 +90,29 @@ def test_recv_timeout_returns_what_is_ready() -> None:
         assert pool.recv().env_ids.tolist() == [0]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_recv_at_least_and_a_look_without_waiting(backend: str) -> None:
+    """`recv(at_least=1)` returns once one result is in, with all that are ready; `recv(timeout=0)` looks once."""
+    with _pool(backend, 3, num_workers=3) as pool:
+        _reset_all(pool, [0, 1, 2])
+        slow = "ok" if backend == "inline" else "sleep:0.8"
+        pool.send([0, 1, 2], ["ok", slow, "ok"])
+        time.sleep(0.2)  # envs 0 and 2 are done by now (thread and process backends)
+        t = time.monotonic()
+        first = pool.recv(timeout=0)
+        assert time.monotonic() - t < 0.5
+        if backend == "inline":  # runs its queued commands when asked
+            assert sorted(first.env_ids.tolist()) == [0, 1, 2]
+            return
+        assert sorted(first.env_ids.tolist()) == [0, 2]
+        pool.send([0], ["ok"])
+        b = pool.recv(at_least=1)  # env 0 answers at once; env 1 is still sleeping
+        assert b.env_ids.tolist() == [0]
+        assert pool.recv(at_least=1).env_ids.tolist() == [1]
+        with pytest.raises(ValueError, match="at_least"):
+            pool.send([0], ["ok"]) or pool.recv(at_least=0)
+
+
 def test_step_leaves_other_results_for_recv() -> None:
     with _pool("thread", 3) as pool:
         _reset_all(pool, [0, 1, 2])
