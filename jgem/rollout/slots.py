@@ -14,7 +14,7 @@ Three jitted programs work on the slots, each donating the cache so it is update
 Programs run on a *bucket* of slots: when fewer slots take part than the cache has, their rows are gathered
 into a smaller batch, run, and scattered back; with every slot taking part, the cache is used as it is. They
 attend a *window* of positions: the smallest power of two that holds every position the call writes, not the
-whole slot, so attention costs what the streams hold. Bucket sizes (powers of two and 1.5x them), windows and
+whole slot, so attention costs what the streams hold. Bucket sizes (eighths of powers of two), windows and
 the token lengths of `extend` (powers of two) are few, so the programs compile a bounded number of times.
 """
 
@@ -47,10 +47,11 @@ def _pow2(n: int) -> int:
 
 
 def _bucket_size(n: int) -> int:
-    """The smallest of 1, 2, 3, 4, 6, 8, 12, 16, 24, ... (powers of two and 1.5x them) that is >= n: at most a
-    quarter of a bucket is padding."""
+    """The smallest of 1, 2, ..., 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ... (multiples of an eighth of a power of
+    two) that is >= n: at most an eighth of a bucket is padding, and there are eight sizes per doubling."""
     p = _pow2(n)
-    return 3 * p // 4 if p >= 4 and 3 * p // 4 >= n else p
+    step = max(1, p // 8)
+    return -(-n // step) * step
 
 
 def take_rows(cache: SlotCache, rows: Array | None, window: int) -> SlotCache:
