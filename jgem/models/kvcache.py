@@ -29,14 +29,21 @@ class KVCache:
         return self.segment_ids.shape[1]
 
 
+def _zero_kv(cfg: ModelConfig, rows: int, max_len: int, dtype) -> tuple[tuple[jax.Array, ...], tuple[jax.Array, ...]]:
+    """Zero keys (transposed, [rows,K,H,S]) and values ([rows,K,S,H]) per layer, in `dtype` or the compute dtype."""
+    dtype = jnp.dtype(dtype or cfg.dtype)
+    kshape = (rows, cfg.num_kv_heads, cfg.head_dim, max_len)
+    vshape = (rows, cfg.num_kv_heads, max_len, cfg.head_dim)
+    zeros = lambda shape: tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
+    return zeros(kshape), zeros(vshape)
+
+
 def init_cache(cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
     """An empty cache for `batch` rows of `max_len` slots (dtype defaults to the compute dtype)."""
-    dtype = jnp.dtype(dtype or cfg.dtype)
-    kshape = (batch, cfg.num_kv_heads, cfg.head_dim, max_len)
-    vshape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+    k, v = _zero_kv(cfg, batch, max_len, dtype)
     return KVCache(
-        k=tuple(jnp.zeros(kshape, dtype) for _ in range(cfg.num_layers)),
-        v=tuple(jnp.zeros(vshape, dtype) for _ in range(cfg.num_layers)),
+        k=k,
+        v=v,
         segment_ids=jnp.zeros((batch, max_len), jnp.int32),
         end=jnp.zeros((), jnp.int32),
     )
@@ -68,13 +75,8 @@ class SlotCache:
 
 def init_slots(cfg: ModelConfig, rows: int, max_len: int, dtype=None) -> SlotCache:
     """An empty slot cache of `rows` rows of `max_len` positions (dtype defaults to the compute dtype)."""
-    dtype = jnp.dtype(dtype or cfg.dtype)
-    kshape = (rows, cfg.num_kv_heads, cfg.head_dim, max_len)
-    vshape = (rows, cfg.num_kv_heads, max_len, cfg.head_dim)
-    return SlotCache(
-        k=tuple(jnp.zeros(kshape, dtype) for _ in range(cfg.num_layers)),
-        v=tuple(jnp.zeros(vshape, dtype) for _ in range(cfg.num_layers)),
-    )
+    k, v = _zero_kv(cfg, rows, max_len, dtype)
+    return SlotCache(k=k, v=v)
 
 
 def slot_cache_bytes(cfg: ModelConfig, max_len: int, dtype=None) -> int:
