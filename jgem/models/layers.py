@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from jgem.models.config import ModelConfig
+from jgem.models.platform import platform
 
 Array = jax.Array
 _NEG = -0.7 * float(np.finfo(np.float32).max)  # masked score; finite so fully masked rows stay NaN-free
@@ -81,7 +82,7 @@ def rope_tables(positions: Array, inv_freq: np.ndarray, dtype) -> tuple[Array, A
         emb = jnp.concatenate([freqs, freqs], axis=-1)
         return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
 
-    if jax.default_backend() != "cpu":
+    if platform() != "cpu":
         return tables(positions)
     # Both branches are the same computation; the predicate is only there to make it a runtime conditional.
     return jax.lax.cond(jnp.all(positions >= 0), tables, tables, positions)
@@ -128,7 +129,7 @@ def dense(x: Array, w: Array) -> Array:
     transpose); on CPU with a backward pass whose weight gradient is a plain GEMM (`_matmul_cpu_bwd`)."""
     lead, d = x.shape[:-1], x.shape[-1]
     x2, w2 = x.reshape(-1, d), w.reshape(d, -1)
-    y = _matmul_cpu(x2, w2) if jax.default_backend() == "cpu" else x2 @ w2
+    y = _matmul_cpu(x2, w2) if platform() == "cpu" else x2 @ w2
     return y.reshape(*lead, *w.shape[1:])
 
 

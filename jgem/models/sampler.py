@@ -26,6 +26,7 @@ from jgem.models.config import ModelConfig
 from jgem.models.head import vocab_logprobs
 from jgem.models.kvcache import KVCache, init_cache
 from jgem.models.layers import PROJECTIONS, out_in_weights, to_out_in
+from jgem.models.platform import platform
 from jgem.models.transformer import Transformer
 from jgem.sharding.mesh import MeshConfig, make_mesh
 
@@ -209,7 +210,7 @@ def cpu_decode_mesh(cfg: ModelConfig, batch: int, devices: Sequence[Any] | None 
     and place the params replicated on the mesh."""
     devices = list(jax.local_devices(backend="cpu") if devices is None else devices)
     if (
-        jax.default_backend() != "cpu"
+        platform() != "cpu"
         or len(devices) < 2
         or batch < CPU_MESH_MIN_ROWS * len(devices)
         or _layer_projection_bytes(cfg) >= OUT_IN_MIN_BYTES
@@ -282,7 +283,7 @@ class Sampler:
             raise ValueError(f"decode_phases must be >= 1, got {decode_phases}")
         self.decode_phases = int(decode_phases)
         if out_in_decode is None:
-            self.out_in_decode = jax.default_backend() == "cpu" and _layer_projection_bytes(cfg) >= OUT_IN_MIN_BYTES
+            self.out_in_decode = platform() == "cpu" and _layer_projection_bytes(cfg) >= OUT_IN_MIN_BYTES
             self.out_in_max_batch = OUT_IN_MAX_BATCH
         else:
             self.out_in_decode, self.out_in_max_batch = bool(out_in_decode), None
