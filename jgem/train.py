@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec
 
 from jgem.algos.advantages import compute_advantages
 from jgem.algos.critic import make_critic
@@ -35,7 +34,7 @@ from jgem.models.transformer import Transformer
 from jgem.rollout.batch import build_batch
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.episode import Episode, turn_arrays
-from jgem.sharding.mesh import MeshConfig, batch_axis_size, make_mesh
+from jgem.sharding.mesh import batch_axis_size, make_mesh
 from jgem.sharding.rules import shard_batch
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
@@ -95,11 +94,6 @@ class Trainer:
         self.state: TrainState = init_train_state(
             model, cfg.learner, self.mesh, critic=critic, seed=cfg.seed, reference=cfg.learner.kl_coef > 0
         )
-        # Multi-host: each process samples its own episodes on a mesh of its local devices (collectives
-        # inside the decode loop would deadlock when hosts finish their episodes at different times).
-        self.sample_mesh = (
-            self.mesh if jax.process_count() == 1 else make_mesh(MeshConfig(data=-1), devices=jax.local_devices())
-        )
         self.pool = EnvPool(
             cfg.env.env_id,
             cfg.env.num_envs,
@@ -112,7 +106,7 @@ class Trainer:
             remote_token=cfg.env.remote_token,
         )
         self.engine = RolloutEngine(
-            self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.sample_mesh
+            self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.mesh
         )
         self.adv_name = "gae" if cfg.algorithm == "ppo" else cfg.algorithm
         self._adv = jax.jit(self._advantages)
@@ -176,31 +170,22 @@ class Trainer:
         cfg = self.cfg
         n = cfg.eval_episodes if eval else cfg.episodes_per_step
         g = 1 if eval else cfg.group_size
-        proc = jax.process_index()
-        base = (EVAL_SEED_OFFSET if eval else 0) + cfg.seed * 7_919_000 + (0 if eval else step * n) + proc * 10**8
-        return [EpisodeSpec(episode_id=i, group_id=proc * n + i // g, seed=base + i // g) for i in range(n)]
+        # Episodes are numbered over all processes (process p plays n of them from p * n on): ids, groups and seeds,
+        # hence the sampled tokens, are those of one process playing all of them.
+        procs, first = jax.process_count(), jax.process_index() * n
+        base = (EVAL_SEED_OFFSET if eval else 0) + cfg.seed * 7_919_000 + (0 if eval else step * n * procs)
+        return [EpisodeSpec(i, group_id=i // g, seed=base + i // g) for i in range(first, first + n)]
 
     def collect(self, step: int, *, eval: bool = False) -> list[Episode]:
         cfg = self.cfg
         key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
         return self.engine.collect(
-            self._policy_for_sampling(),
+            self.state.model(),
             self.specs(step, eval=eval),
             key,
             max_turns=self.curriculum.max_turns(step),
             greedy=cfg.eval_greedy if eval else None,
         )
-
-    def _policy_for_sampling(self):
-        model = self.state.model()
-        if jax.process_count() == 1:
-            return model
-        # Multi-host: a full copy of the weights, replicated over this host's devices.
-        from jax.experimental import multihost_utils
-
-        graphdef, st = nnx.split(model)
-        replicated = NamedSharding(self.sample_mesh, PartitionSpec())
-        return graphdef, jax.device_put(multihost_utils.process_allgather(st, tiled=True), replicated)
 
     def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
         """Advantages (global across processes) and packing into a fixed-shape, sharded TrainBatch."""

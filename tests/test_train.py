@@ -175,11 +175,24 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_two_process_distributed_training_smoke(tmp_path):
+def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
+    """2 processes x 2 devices, each with 4 envs and 4 episodes a step, sampling in lockstep on the sharded params,
+    against 1 process x 4 devices with 8 envs and 8 episodes: the same episodes (ids and seeds are global), the
+    same global batch, the same params after 2 steps (up to the order of float sums)."""
     port = _free_port()
+    one = _run(
+        {
+            "run_dir": str(tmp_path / "one"),
+            "steps": 2,
+            "episodes_per_step": 8,
+            "env": {"num_envs": 8},
+            "param_probe": 1,
+        },
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
+    )
     procs = [
         _run(
-            {"run_dir": str(tmp_path / "run"), "steps": 2},
+            {"run_dir": str(tmp_path / "run"), "steps": 2, "param_probe": 1},
             env={
                 "JGEM_COORDINATOR": f"127.0.0.1:{port}",
                 "JGEM_NUM_PROCESSES": "2",
@@ -192,9 +205,15 @@ def test_two_process_distributed_training_smoke(tmp_path):
     try:
         summaries = [_summary(p, timeout=600) for p in procs]
     finally:
-        for p in procs:
+        for p in [*procs, one]:
             if p.poll() is None:
                 p.kill()
     assert summaries[0]["params_sha256"] == summaries[1]["params_sha256"]
     rows = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "train/loss" in r]
     assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["train/loss"]) for r in rows)
+    ref = _summary(one)
+    ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
+    for a, b in zip(rows, ref_rows):  # rollout figures are the global batch's, computed on process 0's episodes
+        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
+    for a, b in zip(summaries[0]["param_probe"], ref["param_probe"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

@@ -54,9 +54,21 @@ def main() -> None:
     kwargs = json.loads(sys.argv[1])
     if "curriculum" in kwargs and "horizons" in kwargs["curriculum"]:
         kwargs["curriculum"]["horizons"] = tuple(kwargs["curriculum"]["horizons"])
-    from jgem.train import train
+    probe = kwargs.pop("param_probe", False)
+    from jgem.train import Trainer
 
-    print("SUMMARY " + json.dumps(train(small_config(**kwargs)), default=str), flush=True)
+    trainer = Trainer(small_config(**kwargs))
+    summary = trainer.run()
+    if probe:  # the first values of every parameter, gathered to every process (tiny models only)
+        import jax
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        params = trainer.state.params
+        if jax.process_count() > 1:
+            params = multihost_utils.process_allgather(params, tiled=True)
+        summary["param_probe"] = [np.asarray(x).ravel()[:16].tolist() for x in jax.tree.leaves(params)]
+    print("SUMMARY " + json.dumps(summary, default=str), flush=True)
 
 
 if __name__ == "__main__":

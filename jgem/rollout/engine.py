@@ -159,9 +159,11 @@ class RolloutEngine:
     ) -> None:
         self.pool, self.chat, self.cfg, self.env_name = pool, chat, cfg, env_name
         self.turn_token_limit = turn_token_limit
+        # Several processes over one mesh: the slots are global, each process's envs own the slots of its shards.
+        processes = 1 if mesh is None else len({d.process_index for d in mesh.devices.flat})
         self.slots = SlotEngine(
             model_cfg,
-            num_slots=pool.num_envs,
+            num_slots=pool.num_envs * processes,
             max_len=cfg.max_episode_tokens,
             eos_ids=chat.stop_token_ids,
             pad_id=chat.pad_id,
@@ -170,6 +172,12 @@ class RolloutEngine:
             cache_dtype=cache_dtype,
             mesh=mesh,
         )
+        if self.slots.num_local_slots != pool.num_envs:
+            raise ValueError(
+                f"this process holds {self.slots.num_local_slots} of the engine's {self.slots.num_slots} slots but "
+                f"its pool has {pool.num_envs} envs; every process needs the same env.num_envs, a multiple of its "
+                "devices on the mesh's batch axes"
+            )
         self.stats = RolloutStats()
 
     @property
@@ -204,14 +212,19 @@ class RolloutEngine:
         if self.pool.num_in_flight:
             raise ValueError("collect needs an idle pool; recv() the commands in flight first")
         self._start_free()
-        while any(x is not None for x in self._live):
+        while True:
+            live = any(x is not None for x in self._live)
             decoding = [i for i, x in enumerate(self._live) if x is not None and x.phase == "decode"]
             extending = [i for i, x in enumerate(self._live) if x is not None and x.phase == "extend"]
-            if not decoding and not extending:
+            # in lockstep, every process runs the round's programs when any process has work (its own rows or none)
+            live, work = self.slots.agree([live, bool(decoding or extending)])
+            if not live:
+                break
+            if not work:
                 self._receive(block=True)
                 self._start_free()
                 continue
-            if extending:
+            if extending or self.slots.lockstep:
                 self._extend(model, extending)
                 decoding += extending
             handle = self._dispatch(model, decoding, rng, sampling)
@@ -328,19 +341,22 @@ class RolloutEngine:
         """Prefill each slot's new tokens (all but the last, which the decode chunk feeds); a group's first
         prompt is prefilled once and copied into its peers' slots."""
         items, copies = [], []
-        holders = {x.prefix_key: i for i, x in enumerate(self._live) if x is not None and x.prefix_key is not None}
+        shard = self.slots.shard_of  # a prompt is copied within a shard (a row never leaves its device)
+        holders = {
+            (x.prefix_key, shard(i)): i for i, x in enumerate(self._live) if x is not None and x.prefix_key is not None
+        }
         for i in slots:
             ep = self._live[i]
             todo = ep.stream[ep.cached : -1]
             if ep.cached == 0 and not ep.transitions and self.cfg.view == "chat":
                 ep.prefix_key = (ep.spec.group_id, tuple(ep.stream))
-                src = holders.get(ep.prefix_key)
+                src = holders.get((ep.prefix_key, shard(i)))
                 if src is not None and src != i:
                     copies.append((src, i))
                     self.stats.shared_prefix_tokens += len(todo)
                     todo = []
                 else:
-                    holders[ep.prefix_key] = i
+                    holders[(ep.prefix_key, shard(i))] = i
             if todo:
                 items.append((i, todo, ep.cached))
             self.stats.prefill_tokens += 1  # the last token, fed by the decode chunk
@@ -371,7 +387,7 @@ class RolloutEngine:
         """Append each slot's new tokens; send every action that ended to its env."""
         handle, rows = dispatched
         out = self.slots.fetch(handle)
-        self.stats.decode_rows += rows * max(len(t) for t, _ in out)
+        self.stats.decode_rows += rows * max((len(t) for t, _ in out), default=0)
         send_ids, texts = [], []
         for i, (toks, lps) in zip(slots, out):
             ep = self._live[i]

@@ -24,6 +24,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import jax
@@ -119,7 +120,14 @@ class SlotEngine:
     """A `SlotCache` of `num_slots` rows of `max_len` positions and the programs that fill and decode it.
 
     The host (`jgem.rollout.engine.RolloutEngine`) decides what each slot holds; this class only runs programs.
-    With a `mesh`, the slots are sharded over its batch axes (when they divide) and params are used as placed.
+    With a `mesh`, the slots are sharded over its batch axes (when they divide) and params are used as placed. A
+    program gathers its rows shard by shard (`shard_map`): a bucket is a number of rows per shard, and a row never
+    leaves its shard. Slot numbers in the host API are *local*: this process's slots, 0 .. `num_local_slots` - 1.
+
+    Several processes (a mesh over all of them): every process runs every program together (`lockstep`). Each round,
+    they agree on the programs' shapes (rows per shard, window, lengths: the max over processes, one small
+    all-gather) and each feeds the rows of its own shards; a decode chunk stops on a global condition. The params
+    stay sharded as the trainer placed them: no process holds a full copy of the model to sample.
     """
 
     def __init__(
@@ -145,15 +153,29 @@ class SlotEngine:
         self.chunk_steps, self.extend_chunk = chunk_steps, _pow2(extend_chunk)
         self.eos_ids = np.asarray(sorted({int(e) for e in eos_ids}) or [-1], np.int32)
         self.pad_id = int(pad_id)
+        self.mesh = mesh
+        self.lockstep = mesh is not None and any(d.process_index != jax.process_index() for d in mesh.devices.flat)
         axes = tuple(a for a in batch_axes if mesh is not None and a in mesh.shape)
         shards = math.prod(mesh.shape[a] for a in axes) if axes else 1
         if shards > 1 and num_slots % shards:
+            if self.lockstep:
+                raise ValueError(
+                    f"{num_slots} slots do not divide the {shards} shards of the mesh's batch axes {axes}; with "
+                    "several processes each process's slots must be its own shards: make env.num_envs x processes "
+                    "a multiple of the batch axes"
+                )
             axes, shards = (), 1  # slots that do not divide the batch axes stay replicated
+        self.axes, self.shards, self.per_shard = axes, shards, num_slots // shards
         self.memory = check_slots_fit(cfg, num_slots, max_len, cache_dtype=cache_dtype, shards=shards)
-        cache = init_slots(cfg, num_slots, max_len, cache_dtype)
+        self.rows_sharding = None
+        self.local_shards = [0]
         if mesh is not None:
-            spec = NamedSharding(mesh, PartitionSpec(axes or None))
-            cache = jax.device_put(cache, spec)
+            self.rows_sharding = NamedSharding(mesh, PartitionSpec(axes or None))
+            index = self.rows_sharding.addressable_devices_indices_map((num_slots,))
+            self.local_shards = sorted({(ix[0].start or 0) // self.per_shard for ix in index.values()})
+        # zeros made in place on each shard: no host ever builds the whole (global) cache
+        cache = jax.jit(partial(init_slots, cfg, num_slots, max_len, cache_dtype), out_shardings=self.rows_sharding)()
+        self.num_local_slots = len(self.local_shards) * self.per_shard
         self.cache = cache
         self._traces = 0
         self._extend = jax.jit(self._extend_fn, static_argnums=(0, 1, 2), donate_argnums=(4,))
@@ -168,40 +190,44 @@ class SlotEngine:
 
     def extend(self, model: tuple[Any, Any], items: Sequence[tuple[int, Sequence[int], int]]) -> tuple[int, int]:
         """Prefill `items` = (slot, tokens, start): the tokens go to positions start, start+1, ... of the slot.
-        Returns (tokens prefilled, token positions computed including padding)."""
+        Returns (tokens prefilled, token positions computed including padding, on this process's shards)."""
         graphdef, state = model
         todo = [(s, np.asarray(t, np.int32), int(p)) for s, t, p in items if len(t)]
         for s, t, p in todo:
             if p + t.size > self.max_len:
                 raise ValueError(f"slot {s}: {t.size} tokens at position {p} pass the slot length {self.max_len}")
+        lengths = [MIN_EXTEND_LEN << k for k in range((self.extend_chunk // MIN_EXTEND_LEN).bit_length())]
         real = computed = 0
-        while todo:
-            by_len: dict[int, list] = {}
+        while True:
+            by_len: dict[int, list] = {length: [] for length in lengths}
             for s, t, p in todo:
-                by_len.setdefault(max(MIN_EXTEND_LEN, min(_pow2(t.size), self.extend_chunk)), []).append((s, t, p))
+                by_len[max(MIN_EXTEND_LEN, min(_pow2(t.size), self.extend_chunk))].append((s, t, p))
+            need = [self._rows_per_shard([s for s, _, _ in by_len[n]]) for n in lengths]
+            ends = [max((p + min(n, t.size) for _, t, p in by_len[n]), default=0) for n in lengths]
+            agreed = self.agree(need + ends)
+            if not any(agreed[: len(lengths)]):
+                return real, computed
             rest = []
-            for length, group in sorted(by_len.items()):
-                slots, pad_rows = self._bucket([s for s, _, _ in group])
-                n = len(slots) + len(pad_rows)
-                tokens = np.zeros((n, length), np.int32)
-                starts = np.zeros(n, np.int32)
-                counts = np.zeros(n, np.int32)
-                rows = np.array(slots + pad_rows, np.int32)
-                for i, (s, t, p) in enumerate(group):
+            for length, rows_needed, end in zip(lengths, agreed, agreed[len(lengths) :]):
+                if not rows_needed:
+                    continue
+                group = by_len[length]
+                size = min(_bucket_size(rows_needed), self.per_shard)
+                rows, where = self._rows([s for s, _, _ in group], size)
+                tokens = np.zeros((rows.size, length), np.int32)
+                starts = np.zeros(rows.size, np.int32)
+                counts = np.zeros(rows.size, np.int32)
+                for (s, t, p), i in zip(group, where):
                     k = min(length, t.size)
                     tokens[i, :k], starts[i], counts[i] = t[:k], p, k
                     if k < t.size:
                         rest.append((s, t[k:], p + k))
                     real += k
                 computed += tokens.size
-                full = n == self.num_slots
-                if full:  # every slot takes part: put the rows in slot order, no gather
-                    order = np.argsort(rows)
-                    rows, tokens, starts, counts = rows[order], tokens[order], starts[order], counts[order]
-                window = self._window(int(np.max(starts + counts)))
-                self.cache = self._extend(graphdef, full, window, state, self.cache, rows, tokens, starts, counts)
+                args = [self._global(x) for x in (rows, tokens, starts, counts)]
+                full = size == self.per_shard
+                self.cache = self._extend(graphdef, full, self._window(end), state, self.cache, *args)
             todo = rest
-        return real, computed
 
     def decode(
         self,
@@ -218,31 +244,26 @@ class SlotEngine:
     ) -> tuple[Any, int]:
         """Dispatches one decode chunk for `slots` (per slot: the token to feed and its position, tokens sampled so
         far in this action, the action's token limit, and the episode and turn that key its draws). Returns a
-        handle for `fetch` without blocking, and the number of rows the chunk computes."""
+        handle for `fetch` without blocking, and the number of rows the chunk computes on this process's shards.
+        In lockstep every process calls it, with its own slots (possibly none)."""
         graphdef, state = model
-        slot_list, pad_rows = self._bucket(list(slots))
-        n = len(slot_list) + len(pad_rows)
-
-        def col(x, fill):
-            return np.concatenate([np.asarray(x, np.int32), np.full(len(pad_rows), fill, np.int32)])
-
-        rows = np.array(slot_list + pad_rows, np.int32)
-        arrays = [col(last, self.pad_id), col(pos, 0), col(ntok, 0), col(limit, 0), col(episode, 0), col(turn, 0)]
-        order = np.arange(n)
-        full = n == self.num_slots
-        if full:
-            order = np.argsort(rows)
-            rows, arrays = rows[order], [a[order] for a in arrays]
-        window = self._window(int(np.max(arrays[1])) + self.chunk_steps)
+        need, end = self.agree([self._rows_per_shard(list(slots)), max(pos, default=0)])
+        size = min(_bucket_size(max(1, need)), self.per_shard)
+        rows, where = self._rows(list(slots), size)
+        columns = []
+        for values, fill in ((last, self.pad_id), (pos, 0), (ntok, 0), (limit, 0), (episode, 0), (turn, 0)):
+            col = np.full(rows.size, fill, np.int32)
+            col[where] = np.asarray(values, np.int32)
+            columns.append(self._global(col))
         self.cache, toks, lps, counts = self._decode(
             graphdef,
             self.chunk_steps,
-            full,
-            window,
+            size == self.per_shard,
+            self._window(end + self.chunk_steps),
             state,
             self.cache,
-            rows,
-            *arrays,
+            self._global(rows),
+            *columns,
             key,
             jnp.float32(sampling.temperature),
             jnp.float32(sampling.top_p),
@@ -250,36 +271,105 @@ class SlotEngine:
             jnp.bool_(sampling.greedy),
             jnp.asarray(self.eos_ids),
         )
-        back = np.argsort(order)[: len(slot_list)]  # the caller's slots, in its order
-        return (toks, lps, counts, back, np.asarray(ntok, np.int32)), n
+        return (toks, lps, counts, where, np.asarray(ntok, np.int32)), rows.size
 
-    @staticmethod
-    def fetch(handle: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    def fetch(self, handle: Any) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per slot of a `decode` call, in its order: (tokens, log-probs) sampled in that chunk."""
-        toks, lps, counts, back, ntok = handle
-        toks, lps, counts = jax.device_get((toks, lps, counts))
-        new = counts[back] - ntok
-        return [(toks[r, :k], lps[r, :k]) for r, k in zip(back, new)]
+        toks, lps, counts, where, ntok = handle
+        toks, lps, counts = (self._local(x) for x in (toks, lps, counts))
+        new = counts[where] - ntok
+        return [(toks[r, :k], lps[r, :k]) for r, k in zip(where, new)]
 
     def copy(self, src: Sequence[int], dst: Sequence[int]) -> None:
-        """Copies slot src[i]'s row to slot dst[i] (all positions)."""
-        if not len(src):
+        """Copies slot src[i]'s row to slot dst[i] (all positions); each pair within one shard (`shard_of`)."""
+        per = [[] for _ in self.local_shards]
+        for a, b in zip(src, dst):
+            if self.shard_of(a) != self.shard_of(b):
+                raise ValueError(f"copy: slots {a} and {b} are on different shards; copy within a shard")
+            per[self.shard_of(a)].append((a % self.per_shard, b % self.per_shard))
+        (need,) = self.agree([max(map(len, per))])
+        if not need:
             return
-        pad = _pow2(len(src)) - len(src)  # padding repeats the first copy (equal writes to one slot)
-        s = np.array(list(src) + [src[0]] * pad, np.int32)
-        d = np.array(list(dst) + [dst[0]] * pad, np.int32)
-        self.cache = self._copy(self.cache, s, d)
+        size = _pow2(need)
+        # padding repeats the shard's first copy (equal writes to one slot), or copies row 0 onto itself
+        pairs = [p + [(p or [(0, 0)])[0]] * (size - len(p)) for p in per]
+        s = np.array([a for p in pairs for a, _ in p], np.int32)
+        d = np.array([b for p in pairs for _, b in p], np.int32)
+        self.cache = self._copy(self.cache, self._global(s), self._global(d))
+
+    def shard_of(self, slot: int) -> int:
+        """Which of this process's shards holds local slot `slot` (0 without a sharded mesh)."""
+        return slot // self.per_shard
 
     def _window(self, end: int) -> int:
         """Positions a program attends: a power of two (at least MIN_WINDOW, at most the slot) holding `end`."""
         return min(self.max_len, max(MIN_WINDOW, _pow2(end)))
 
-    def _bucket(self, slots: list[int]) -> tuple[list[int], list[int]]:
-        """(slots, padding slots): a bucket (`_bucket_size`, at most num_slots) filled with distinct unused slots."""
-        n = min(_bucket_size(len(slots)), self.num_slots)
-        used = set(slots)
-        pad = [s for s in range(self.num_slots) if s not in used][: n - len(slots)]
-        return slots, pad
+    def _rows_per_shard(self, slots: Sequence[int]) -> int:
+        """The most of `slots` on any one of this process's shards."""
+        return int(np.bincount([self.shard_of(s) for s in slots], minlength=1).max()) if len(slots) else 0
+
+    def _rows(self, slots: list[int], size: int) -> tuple[np.ndarray, np.ndarray]:
+        """A program's rows: for each local shard, `size` shard-local row numbers (its slots among `slots`, then
+        distinct unused rows as padding; in row order when `size` is the whole shard). Returns (rows int32[
+        local shards x size], where each of `slots` is in it)."""
+        rows = np.zeros(len(self.local_shards) * size, np.int32)
+        where = np.zeros(len(slots), np.int64)
+        by_shard: list[list[int]] = [[] for _ in self.local_shards]
+        for i, s in enumerate(slots):
+            by_shard[self.shard_of(s)].append(i)
+        for j, members in enumerate(by_shard):
+            mine = [slots[i] % self.per_shard for i in members]
+            if len(mine) > size:
+                raise ValueError(f"{len(mine)} slots on shard {j} but a bucket of {size} rows")
+            used = set(mine)
+            block = mine + [r for r in range(self.per_shard) if r not in used][: size - len(mine)]
+            if size == self.per_shard:
+                block = list(range(size))  # every row of the shard: no gather, rows in order
+            rows[j * size : (j + 1) * size] = block
+            for i, r in zip(members, mine):
+                where[i] = j * size + block.index(r)
+        return rows, where
+
+    def agree(self, values: Sequence[int]) -> list[int]:
+        """The element-wise max of `values` over processes (lockstep), else `values`: every process then runs the
+        same programs on the same shapes."""
+        if not self.lockstep:
+            return [int(v) for v in values]
+        from jax.experimental import multihost_utils
+
+        gathered = multihost_utils.process_allgather(np.asarray(values, np.int64))
+        return [int(v) for v in np.asarray(gathered).reshape(-1, len(values)).max(axis=0)]
+
+    def _global(self, local: np.ndarray) -> Array:
+        """Rows for a program, this process's shards' blocks in order, as the global array over the batch axes."""
+        if self.rows_sharding is None:
+            return jnp.asarray(local)
+        shape = (local.shape[0] * self.shards // len(self.local_shards), *local.shape[1:])
+        return jax.make_array_from_process_local_data(self.rows_sharding, local, shape)
+
+    def _local(self, x: Array) -> np.ndarray:
+        """The rows of a program's output on this process's shards, in order (the inverse of `_global`)."""
+        if self.rows_sharding is None or not self.lockstep:
+            return np.asarray(jax.device_get(x))
+        parts: dict[int, Any] = {}
+        for shard in x.addressable_shards:
+            parts.setdefault(shard.index[0].start or 0, shard.data)
+        return np.concatenate([np.asarray(parts[k]) for k in sorted(parts)])
+
+    def _take(self, cache: SlotCache, rows: Array | None, window: int) -> SlotCache:
+        if rows is None or self.shards == 1:
+            return take_rows(cache, rows, window)
+        spec = PartitionSpec(self.axes)
+        return jax.shard_map(partial(take_rows, window=window), mesh=self.mesh, in_specs=spec, out_specs=spec)(
+            cache, rows
+        )
+
+    def _put(self, cache: SlotCache, rows: Array | None, sub: SlotCache) -> SlotCache:
+        if rows is None or self.shards == 1:
+            return put_rows(cache, rows, sub)
+        spec = PartitionSpec(self.axes)
+        return jax.shard_map(put_rows, mesh=self.mesh, in_specs=spec, out_specs=spec)(cache, rows, sub)
 
     # -- device programs ------------------------------------------------------------------------------
 
@@ -289,12 +379,12 @@ class SlotEngine:
         self._traces += 1
         model = nnx.merge(graphdef, state)
         rows = None if full else rows
-        sub = take_rows(cache, rows, window)
+        sub = self._take(cache, rows, window)
         t = jnp.arange(tokens.shape[1], dtype=jnp.int32)
         positions = starts[:, None] + t[None, :]
         seg = (t[None, :] < counts[:, None]).astype(jnp.int32)
         _, sub = model.hidden(tokens, positions, segment_ids=seg, cache=sub)
-        return put_rows(cache, rows, sub)
+        return self._put(cache, rows, sub)
 
     def _decode_fn(
         self,
@@ -321,7 +411,7 @@ class SlotEngine:
         self._traces += 1
         model = nnx.merge(graphdef, state)
         rows = None if full else rows
-        sub = take_rows(cache, rows, window)  # attention reads `window` positions, not the whole slot
+        sub = self._take(cache, rows, window)  # attention reads `window` positions, not the whole slot
         n = last.shape[0]
         fold = jax.vmap(jax.random.fold_in)
         base = fold(fold(jnp.broadcast_to(key, (n,)), episode), turn)  # one key per (episode, turn)
@@ -356,8 +446,7 @@ class SlotEngine:
             return (c[0] < steps) & jnp.any(c[5]) & (jnp.sum(started & ~c[5]) < quota)
 
         _, sub, _, _, ntok, _, toks, lps = jax.lax.while_loop(more, body, init)
-        return put_rows(cache, rows, sub), toks, lps, ntok
+        return self._put(cache, rows, sub), toks, lps, ntok
 
-    @staticmethod
-    def _copy_fn(cache: SlotCache, src, dst) -> SlotCache:
-        return put_rows(cache, dst, take_rows(cache, src, cache.max_len))
+    def _copy_fn(self, cache: SlotCache, src, dst) -> SlotCache:
+        return self._put(cache, dst, self._take(cache, src, cache.max_len))

@@ -23,6 +23,8 @@ from jgem.rollout.batch import build_batch
 from jgem.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, wrappers_for_view
 from jgem.rollout.scripted import scripted_episodes
 from jgem.rollout.slots import Sampling, SlotEngine
+from jgem.sharding.mesh import MeshConfig, make_mesh
+from jgem.sharding.rules import shard_tree
 from tests.rollout.envs import FlakyGuessEnv, TalkEnv
 
 GUESS = "game:GuessTheNumber-v0-easy"
@@ -39,11 +41,14 @@ def setup():
     return tok, chat, cfg, model
 
 
-def _collect(setup, view="chat", n=6, num_envs=4, seed=0, max_turns=4, backend="inline", env=ENV, **rollout):
+def _collect(setup, view="chat", n=6, num_envs=4, seed=0, max_turns=4, backend="inline", env=ENV, mesh=None, **rollout):
     _, chat, cfg, model = setup
+    if mesh is not None:  # params placed on the mesh as the trainer places them (fsdp, tensor)
+        graphdef, state = nnx.split(model)
+        model = (graphdef, shard_tree(state, mesh))
     rcfg = RolloutConfig(view=view, max_new_tokens=rollout.pop("max_new_tokens", 8), **rollout)
     with EnvPool(env, num_envs, backend=backend, wrappers=wrappers_for_view(view)) as pool:
-        engine = RolloutEngine(cfg, pool, chat, rcfg, env_name=env)
+        engine = RolloutEngine(cfg, pool, chat, rcfg, env_name=env, mesh=mesh)
         specs = [EpisodeSpec(i, i // 2, 100 + i // 2) for i in range(n)]
         eps = engine.collect(model, specs, jax.random.key(seed), max_turns=max_turns)
     return eps, engine.stats
@@ -195,6 +200,38 @@ def test_same_episodes_whatever_the_slots_backend_and_timing(setup):
                 np.testing.assert_allclose(a.action_logprobs, b.action_logprobs, atol=1e-5)
     other, _ = _collect(setup, n=8, num_envs=8, seed=4, temperature=1.0)
     assert _tokens(other) != _tokens(ref)
+
+
+@pytest.mark.parametrize("shape", [dict(data=2, fsdp=2), dict(fsdp=2, tensor=2)])
+def test_slots_sharded_over_a_mesh_give_the_same_episodes(setup, shape):
+    """Slots sharded over the mesh's batch axes, params sharded by the rules: programs gather rows shard by shard
+    (buckets of rows per shard) and copy group prompts within a shard; the episodes equal the unsharded engine's."""
+    ref, _ = _collect(setup, n=12, num_envs=8, seed=3, temperature=1.0)
+    mesh = make_mesh(MeshConfig(**shape), devices=jax.devices()[:4])
+    eps, stats = _collect(setup, n=12, num_envs=8, seed=3, temperature=1.0, mesh=mesh)
+    assert _tokens(eps) == _tokens(ref)
+    for x, y in zip(eps, ref):
+        np.testing.assert_array_equal(x.stream, y.stream)
+        for a, b in zip(x.transitions, y.transitions):
+            np.testing.assert_allclose(a.action_logprobs, b.action_logprobs, atol=1e-4)
+    assert stats.shared_prefix_tokens > 0
+    if mesh.shape["data"] * mesh.shape["fsdp"] == 2:  # 2 shards of 4 slots: the tail runs gathered buckets
+        assert stats.decode_rows < stats.decode_chunks * 8 * 8
+
+
+def test_sharded_slot_programs_gather_within_each_shard(setup):
+    """A bucket is rows per shard: slots 0 and 5 on 2 shards of 4 run as 1 row on each shard, and padding rows
+    are distinct unused rows of their shard."""
+    _, _, cfg, _ = setup
+    mesh = make_mesh(MeshConfig(data=2), devices=jax.devices()[:2])
+    eng = SlotEngine(cfg, num_slots=8, max_len=64, eos_ids=[1], mesh=mesh)
+    assert (eng.shards, eng.per_shard, eng.local_shards, eng.num_local_slots) == (2, 4, [0, 1], 8)
+    rows, where = eng._rows([5, 0], 1)
+    assert rows.tolist() == [0, 1] and where.tolist() == [1, 0]
+    rows, where = eng._rows([1, 2, 3], 4)
+    assert rows.tolist() == [0, 1, 2, 3, 0, 1, 2, 3] and where.tolist() == [1, 2, 3]  # a whole shard: row order
+    with pytest.raises(ValueError, match="different shards"):
+        eng.copy([0], [4])
 
 
 def test_groups_share_their_first_prompt(setup):
