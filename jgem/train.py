@@ -58,6 +58,19 @@ def episode_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
     }
 
 
+def check_finite_loss(loss: float, step: int, episodes: list[Episode], what: str = "train/loss") -> None:
+    """Stop the run on a non-finite loss: training on NaN silently would waste the run (and its checkpoints)."""
+    if math.isfinite(loss):
+        return
+    returns = [sum(t.reward for t in e.transitions) for e in episodes]
+    bad = sum(not math.isfinite(r) for r in returns)
+    raise FloatingPointError(
+        f"{what} is {loss} at step {step + 1} ({bad} of {len(returns)} episodes have a non-finite return); "
+        "the run stops here, before a checkpoint is written. Check the env's rewards, learner.lr and "
+        "learner.max_grad_norm, or resume from the last checkpoint with a lower learner.lr"
+    )
+
+
 def params_digest(params: Any) -> str:
     """sha256 over every parameter's bytes in tree order (equal digests: bit-identical params)."""
     import hashlib
@@ -314,6 +327,7 @@ class Trainer:
         batch, metrics = self.make_batch(episodes)
         self.state, m = update(self.state, batch)
         m = {f"train/{k}": float(v) for k, v in jax.device_get(m).items()}
+        check_finite_loss(m["train/loss"], step, episodes)
         t2 = time.perf_counter()
         self.host["episodes"] += len(episodes)
         metrics |= m | episode_metrics(episodes, "rollout") | self.engine.stats.as_metrics()
@@ -359,6 +373,7 @@ class Trainer:
             )
             batch, _ = self.make_batch(eps, sft=True)
             self.state, m = update(self.state, batch)
+            check_finite_loss(float(m["loss"]), s, eps, what="warm-start loss")
             log(s, {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")})
         self.state = self.state.replace(cfg=rl_cfg)
         if ws.reset_optimizer:
