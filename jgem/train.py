@@ -429,7 +429,8 @@ class Trainer:
                 self.state = restored.state
                 self.host = {k: v for k, v in restored.host.items() if k not in ("config", "config_fingerprint")}
                 progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}")
-            else:
+            logger.rewind(self.host["step"] if restored is not None else -1)  # one log line per step
+            if restored is None:
                 (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
                 if cfg.eval_every:
                     summary["initial_eval"] = self.evaluate(0)
