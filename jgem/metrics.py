@@ -8,8 +8,8 @@ JSON `null` (the JSONL stays valid JSON) and skipped by TensorBoard and plots.
 from __future__ import annotations
 
 import json
-import os
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path

@@ -18,10 +18,10 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jgem.checkpoint import (
-    CorruptCheckpointError,
     CheckpointConfig,
     Checkpointer,
     ConfigMismatchError,
+    CorruptCheckpointError,
     config_diff,
     config_fingerprint,
     flatten_config,
@@ -257,6 +257,9 @@ def test_no_good_checkpoint_is_one_clear_error(tmp_path):
         ck.save(4, make_state(4), {})
         ck.wait()
     _corrupt_host(d, 4)
-    with Checkpointer(CheckpointConfig(str(d))) as ck, pytest.warns(RuntimeWarning):
-        with pytest.raises(CorruptCheckpointError, match=r"no checkpoint in .* could be restored: step 4"):
-            ck.restore_latest(make_state(0))
+    with (
+        Checkpointer(CheckpointConfig(str(d))) as ck,
+        pytest.warns(RuntimeWarning),
+        pytest.raises(CorruptCheckpointError, match=r"no checkpoint in .* could be restored: step 4"),
+    ):
+        ck.restore_latest(make_state(0))
