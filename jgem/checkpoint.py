@@ -15,6 +15,9 @@ import enum
 import hashlib
 import json
 import math
+import shutil
+import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +30,10 @@ from orbax.checkpoint import checkpoint_managers as ocm
 
 class ConfigMismatchError(ValueError):
     """The checkpoint was written by a run with a different config."""
+
+
+class CorruptCheckpointError(ValueError):
+    """No checkpoint step in the directory could be restored."""
 
 
 @dataclass(frozen=True)
@@ -235,9 +242,44 @@ class Checkpointer:
         return Restored(step=step, state=out.state, host=host)
 
     def restore_latest(self, target: Any) -> Restored | None:
-        """The latest complete step, or None when there is none (a fresh run)."""
-        step = self.latest_step()
-        return None if step is None else self.restore(step, target)
+        """The newest step that restores, or None when there is none (a fresh run).
+
+        A step that fails to restore (corrupt or missing files) is moved to `<directory>.corrupt/<step>` for
+        inspection, out of the way of later saves, with a warning naming it; the next newest is tried. When no
+        step restores, `CorruptCheckpointError` names them all."""
+        steps = self.all_steps()
+        bad: list[str] = []
+        for step in reversed(steps):
+            try:
+                return self.restore(step, target)
+            except ConfigMismatchError:
+                raise
+            except Exception as e:
+                kept = self._set_aside(step)
+                bad.append(f"step {step} ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})")
+                warnings.warn(
+                    f"checkpoint step {step} in {self.config.directory} could not be restored "
+                    f"({type(e).__name__}); moved to {kept} for inspection, trying an older step",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        if bad:
+            raise CorruptCheckpointError(
+                f"no checkpoint in {self.config.directory} could be restored: " + "; ".join(bad) + ". They were "
+                f"moved to {self.config.directory}.corrupt/; start a new run directory, or fix and move them back"
+            )
+        return None
+
+    def _set_aside(self, step: int) -> Path:
+        src = Path(self.config.directory).resolve() / str(step)
+        dst = Path(str(Path(self.config.directory).resolve()) + ".corrupt") / str(step)
+        if jax.process_index() == 0 and src.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if dst.exists():
+                dst = dst.with_name(f"{step}-{int(time.time())}")
+            shutil.move(str(src), str(dst))
+        self._manager.reload()
+        return dst
 
     def restore_best(self, target: Any) -> Restored | None:
         step = self.best_step()

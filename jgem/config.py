@@ -95,6 +95,45 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+def _in(value: Any, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> bool:
+    """`value` is a real number (never NaN or a bool) in the interval; open ends as asked."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return False
+    return (lo < value if lo_open else lo <= value) and (value < hi if hi_open else value <= hi)
+
+
+def range_errors(cfg: TrainConfig) -> list[str]:
+    """Numbers the CLI accepts as types but that cannot train: each message names the field and its range."""
+    inf = float("inf")
+    checks = [
+        ("seed", cfg.seed, 0, 2**31 - 1, False, False, "an integer in [0, 2^31 - 1]"),
+        ("learner.lr", cfg.learner.lr, 0, inf, True, True, "a finite number > 0"),
+        ("learner.critic_lr", cfg.learner.critic_lr, 0, inf, True, True, "a finite number > 0"),
+        ("learner.temperature", cfg.learner.temperature, 0, inf, True, True, "a finite number > 0"),
+        ("rollout.temperature", cfg.rollout.temperature, 0, inf, True, True, "a finite number > 0"),
+        ("rollout.top_p", cfg.rollout.top_p, 0, 1, True, False, "in (0, 1]"),
+        ("rollout.top_k", cfg.rollout.top_k, 0, inf, False, True, "an integer >= 0 (0: off)"),
+        ("eval_every", cfg.eval_every, 0, inf, False, True, "an integer >= 0 (0: no evaluation)"),
+        ("eval_episodes", cfg.eval_episodes, 1, inf, False, True, "an integer >= 1"),
+        ("checkpoint_every", cfg.checkpoint_every, 1, inf, False, True, "an integer >= 1"),
+        ("keep_checkpoints", cfg.keep_checkpoints, 1, inf, False, True, "an integer >= 1"),
+        ("env.num_envs", cfg.env.num_envs, 1, inf, False, True, "an integer >= 1"),
+    ]
+    errors = [
+        f"{name} is {value!r}; it must be {allowed}"
+        for name, value, lo, hi, lo_open, hi_open, allowed in checks
+        if not _in(value, lo, hi, lo_open=lo_open, hi_open=hi_open)
+    ]
+    if cfg.env.step_timeout is not None and not _in(cfg.env.step_timeout, 0, float("inf"), lo_open=True, hi_open=True):
+        errors.append(
+            f"env.step_timeout is {cfg.env.step_timeout!r}; it must be a finite number of seconds > 0, or None"
+        )
+    buckets = cfg.batch_buckets
+    if not buckets or any(not _in(b, 1, inf, hi_open=True) or int(b) != b for b in buckets):
+        errors.append(f"batch_buckets is {tuple(buckets)!r}; it must be one or more integers >= 1 (row lengths)")
+    return errors
+
+
 def validate(cfg: TrainConfig, num_devices: int) -> None:
     """Fail fast, before anything compiles, on a config that cannot run; messages say what to change."""
     from jgem.registry import spec
@@ -127,6 +166,7 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
         )
     if not 0.0 <= cfg.gamma <= 1.0:
         errors.append(f"gamma must be in [0, 1], got {cfg.gamma}")
+    errors += range_errors(cfg)
     try:
         sizes = cfg.mesh.resolve(num_devices)
     except ValueError as e:

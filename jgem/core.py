@@ -2,6 +2,8 @@
 
 `reset(seed=None) -> (obs, info)` and `step(action) -> (obs, reward, terminated, truncated, info)`.
 Observations and actions are strings (the chat wrapper's observations are message lists).
+An action that is not a `str` is a caller bug, not a move: every env's `step` raises `TypeError` for it
+(checked here, once for all subclasses), so no env turns it into a format error or an AttributeError.
 Each env owns a `numpy.random.Generator` (`self.np_random`); nothing touches global RNG state.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,6 +38,12 @@ class Env(abc.ABC):
     """
 
     spec: EnvSpec | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        step = cls.__dict__.get("step")
+        if step is not None and not getattr(step, "__isabstractmethod__", False):
+            cls.step = _checks_action(step)
 
     def __init__(self, seed: int | None = None) -> None:
         self.np_random: np.random.Generator = np.random.default_rng(seed)
@@ -77,6 +86,27 @@ class Env(abc.ABC):
     def __repr__(self) -> str:
         name = self.spec.id if self.spec is not None else type(self).__name__
         return f"<{name}>"
+
+
+def check_action(action: Any) -> str:
+    """`action` if it is a str, else `TypeError` saying what arrived."""
+    if not isinstance(action, str):
+        raise TypeError(f"an action must be a str, got {type(action).__name__} {action!r:.60}")
+    return action
+
+
+def _checks_action(step: Any) -> Any:
+    if getattr(step, "_jgem_checks_action", False):
+        return step
+
+    @functools.wraps(step)
+    def checked(self: Env, action: Any) -> StepResult:
+        if not isinstance(action, str):
+            check_action(action)
+        return step(self, action)
+
+    checked._jgem_checks_action = True  # type: ignore[attr-defined]
+    return checked
 
 
 class Wrapper(Env):

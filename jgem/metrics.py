@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -49,12 +50,35 @@ class JsonlWriter:
     def close(self) -> None:
         self._file.close()
 
+    def rewind(self, step: int) -> None:
+        """Drop rows after `step` (and a half-written last line): a resumed run logs those steps again."""
+        self._file.close()
+        keep = []
+        with self.path.open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(row, dict) and row.get("step", 0) <= step:
+                    keep.append(line if line.endswith("\n") else line + "\n")
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(keep), encoding="utf-8")
+        os.replace(tmp, self.path)
+        self._file = self.path.open("a", encoding="utf-8")
+
 
 class TensorBoardWriter:
-    def __init__(self, logdir: str | Path) -> None:
+    def __init__(self, logdir: str | Path, purge_step: int | None = None) -> None:
         from tensorboardX import SummaryWriter  # imported lazily: a heavy import
 
-        self._writer = SummaryWriter(logdir=str(logdir))
+        self.logdir = logdir
+        self._writer = SummaryWriter(logdir=str(logdir), purge_step=purge_step)
+
+    def rewind(self, step: int) -> None:
+        """Hide events after `step` from TensorBoard (its purge_step), so a resumed run's steps are not doubled."""
+        self._writer.close()
+        self.__init__(self.logdir, purge_step=step + 1)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         for k, v in scalars.items():
@@ -110,6 +134,12 @@ class MetricsLogger:
         if tensorboard:
             self.writers.append(TensorBoardWriter(self.run_dir / "tb"))
         self._closed = False
+
+    def rewind(self, step: int) -> None:
+        """Forget what was logged after `step` (call on resume from a checkpoint at `step`; -1 forgets all)."""
+        for w in self.writers:
+            if hasattr(w, "rewind"):
+                w.rewind(step)
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         if self._closed:

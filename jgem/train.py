@@ -57,6 +57,19 @@ def episode_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
     }
 
 
+def check_finite_loss(loss: float, step: int, episodes: list[Episode], what: str = "train/loss") -> None:
+    """Stop the run on a non-finite loss: training on NaN silently would waste the run (and its checkpoints)."""
+    if math.isfinite(loss):
+        return
+    returns = [sum(t.reward for t in e.transitions) for e in episodes]
+    bad = sum(not math.isfinite(r) for r in returns)
+    raise FloatingPointError(
+        f"{what} is {loss} at step {step + 1} ({bad} of {len(returns)} episodes have a non-finite return); "
+        "the run stops here, before a checkpoint is written. Check the env's rewards, learner.lr and "
+        "learner.max_grad_norm, or resume from the last checkpoint with a lower learner.lr"
+    )
+
+
 def params_digest(params: Any) -> str:
     """sha256 over every parameter's bytes in tree order (equal digests: bit-identical params)."""
     import hashlib
@@ -299,6 +312,7 @@ class Trainer:
         batch, metrics = self.make_batch(episodes)
         self.state, m = update(self.state, batch)
         m = {f"train/{k}": float(v) for k, v in jax.device_get(m).items()}
+        check_finite_loss(m["train/loss"], step, episodes)
         t2 = time.perf_counter()
         self.host["episodes"] += len(episodes)
         metrics |= m | episode_metrics(episodes, "rollout") | self.engine.stats.as_metrics()
@@ -344,6 +358,7 @@ class Trainer:
             )
             batch, _ = self.make_batch(eps, sft=True)
             self.state, m = update(self.state, batch)
+            check_finite_loss(float(m["loss"]), s, eps, what="warm-start loss")
             log(s, {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")})
         self.state = self.state.replace(cfg=rl_cfg)
         if ws.reset_optimizer:
@@ -399,7 +414,8 @@ class Trainer:
                 self.state = restored.state
                 self.host = {k: v for k, v in restored.host.items() if k not in ("config", "config_fingerprint")}
                 progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}")
-            else:
+            logger.rewind(self.host["step"] if restored is not None else -1)  # one log line per step
+            if restored is None:
                 (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
                 if cfg.eval_every:
                     summary["initial_eval"] = self.evaluate(0)

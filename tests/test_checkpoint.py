@@ -21,6 +21,7 @@ from jgem.checkpoint import (
     CheckpointConfig,
     Checkpointer,
     ConfigMismatchError,
+    CorruptCheckpointError,
     config_diff,
     config_fingerprint,
     flatten_config,
@@ -219,3 +220,46 @@ def test_process_killed_mid_save_leaves_last_complete_step(tmp_path):
     # complete. Either way the latest step restores intact.
     assert latest in (1, 2) and r.host["step_note"] == latest
     np.testing.assert_array_equal(np.asarray(r.state["w"]), float(latest))
+
+
+def _corrupt_host(ckpt_dir, step: int) -> None:
+    for f in (ckpt_dir / str(step) / "host").rglob("*"):
+        if f.is_file():
+            f.write_text("{not json")
+
+
+def test_corrupt_latest_step_falls_back_to_the_newest_good_one(tmp_path):
+    d = tmp_path / "ck"
+    with Checkpointer(CheckpointConfig(str(d), keep_last=5)) as ck:
+        for s in (1, 2, 3):
+            ck.save(s, make_state(s), {"n": s})
+        ck.wait()
+    _corrupt_host(d, 3)
+    shutil.rmtree(d / "2" / "state")  # step 2 lost its arrays: also bad
+    with Checkpointer(CheckpointConfig(str(d), keep_last=5)) as ck:
+        with pytest.warns(RuntimeWarning) as caught:
+            r = ck.restore_latest(make_state(0))
+        assert r.step == 1 and r.host["n"] == 1
+        assert_tree_equal(r.state, make_state(1))
+        messages = [str(w.message) for w in caught if "could not be restored" in str(w.message)]
+        assert len(messages) == 2 and "step 3" in messages[0] and "step 2" in messages[1]
+        assert (tmp_path / "ck.corrupt" / "3" / "host").is_dir()  # kept for inspection
+        assert ck.all_steps() == [1]
+        ck.save(2, make_state(2), {"n": 2})  # the run goes on and saves over the old step numbers
+        ck.save(3, make_state(3), {"n": 3})
+        ck.wait()
+        assert ck.restore_latest(make_state(0)).step == 3
+
+
+def test_no_good_checkpoint_is_one_clear_error(tmp_path):
+    d = tmp_path / "ck"
+    with Checkpointer(CheckpointConfig(str(d))) as ck:
+        ck.save(4, make_state(4), {})
+        ck.wait()
+    _corrupt_host(d, 4)
+    with (
+        Checkpointer(CheckpointConfig(str(d))) as ck,
+        pytest.warns(RuntimeWarning),
+        pytest.raises(CorruptCheckpointError, match=r"no checkpoint in .* could be restored: step 4"),
+    ):
+        ck.restore_latest(make_state(0))

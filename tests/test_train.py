@@ -85,6 +85,24 @@ def test_faulting_env_does_not_stop_training_and_is_counted(tmp_path):
     assert sum(r["rollout/faults"] for r in rows) > 0
 
 
+def test_non_finite_loss_stops_the_run_with_a_clear_error(tmp_path, monkeypatch):
+    import jgem.train as train_module
+
+    real = train_module.update
+
+    def nan_from_step_two(state, batch):
+        state, m = real(state, batch)
+        return state, {**m, "loss": m["loss"] * np.nan} if int(state.step) >= 2 else m
+
+    nan_from_step_two._cache_size = real._cache_size  # the trainer logs the compile count
+    monkeypatch.setattr(train_module, "update", nan_from_step_two)
+    with pytest.raises(FloatingPointError, match=r"train/loss is nan at step 2 .*learner.lr"):
+        train(small_config(str(tmp_path), steps=3))
+    steps = [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
+    assert steps == [1]  # the NaN step is neither logged nor checkpointed
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["1"]
+
+
 def _run(args: dict, env: dict | None = None, **popen) -> subprocess.Popen:
     e = {
         **os.environ,

@@ -7,6 +7,7 @@ The agent answers in `\\boxed{}`; the last box is compared with the reference by
 from __future__ import annotations
 
 import json
+import logging
 import select
 import subprocess
 import sys
@@ -102,8 +103,22 @@ class MathGenEnv(MathEnv):
 # directly; from other threads (env pools) a grader process does the work and is killed on timeout.
 
 
+_QUIET = logging.NullHandler()
+
+
+def _quiet_math_verify() -> None:
+    """math-verify logs the whole input on a parse timeout (a 1 MB action goes to the console): keep a grader's
+    logging out of the console and the caller's logs. Set on every call: logging config elsewhere may reset it."""
+    log = logging.getLogger("math_verify")
+    if _QUIET not in log.handlers:
+        log.addHandler(_QUIET)
+    log.propagate = False
+
+
 def _verify(pred: str, golds: list[str], timeout: int | None) -> bool:
     from math_verify import parse, verify
+
+    _quiet_math_verify()
 
     target = parse(f"\\boxed{{{pred}}}", parsing_timeout=timeout)
     if not target:
@@ -137,6 +152,7 @@ class _GraderProcess:
             [sys.executable, "-c", "from jgem.envs.math import grader_loop; grader_loop()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # a grader's warnings (with the whole action in them) stay off the console
             text=True,
         )
         if self._readline(60) != "ready":

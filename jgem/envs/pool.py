@@ -8,19 +8,24 @@ Backends: `inline` (steps run in the caller's thread inside `recv`; deterministi
 per worker; good for envs that wait on I/O or sleep), `process` (worker processes hosting several
 envs each; see `pool_workers.py`), `remote` (HTTP envs driven by the thread backend).
 
-A fault (the env raised, ran past `step_timeout`, or its worker process died) never stops the pool:
-the env's result is `truncated=True, terminated=False` with `infos[i]["fault"] = "<kind>: <reason>"`,
-the env is rebuilt fresh (reset it next), and `num_faults` counts it.
+A fault (the env raised, ran past `step_timeout`, returned a malformed result, or its worker process
+died) never stops the pool: the env's result is `truncated=True, terminated=False` with
+`infos[i]["fault"] = "<kind>: <reason>"`, the env is rebuilt fresh (reset it next), and `num_faults`
+counts it. Every result is checked where it leaves the env (`check_result`): a finite real reward,
+bool flags, a dict info, and an observation of the type the env's reset returned; anything else is an
+`invalid_result` fault of that env only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import queue
 import threading
 import time
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from jgem.core import Env
+from jgem.core import Env, EnvFault
 
 Backend = Literal["inline", "thread", "process", "remote"]
 # One finished command: (env_id, obs, reward, terminated, truncated, info, is_reset).
@@ -111,16 +116,87 @@ def fault_result(env_id: int, kind: str, reason: str, is_reset: bool) -> Result:
     return (env_id, "", 0.0, False, True, {"fault": f"{kind}: {reason}"}, is_reset)
 
 
-def run_command(env: Env, env_id: int, kind: str, arg: Any) -> Result:
-    """Run one step or reset on `env`; exceptions propagate (the caller turns them into faults).
+class InvalidResult(EnvFault):
+    """An env returned something outside the step/reset contract (a fault of that env)."""
 
-    Values are passed through as the env returned them; `StepBatch` converts them once per batch.
-    """
+
+def exception_fault(env_id: int, exc: BaseException, is_reset: bool) -> Result:
+    if isinstance(exc, InvalidResult):
+        return fault_result(env_id, "invalid_result", str(exc), is_reset)
+    return fault_result(env_id, "exception", describe(exc), is_reset)
+
+
+# Observation type of each live env, from its last reset: a step must return the same type.
+_OBS_TYPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FLAGS = (bool, np.bool_)
+
+
+def check_result(env: Env, kind: str, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> Result:
+    """The values converted to plain Python types, or `InvalidResult` naming what broke the contract."""
+    where = f"{env!r}.{kind}"
+    if not isinstance(info, dict):
+        raise InvalidResult(f"{where} returned info of type {type(info).__name__}; it must be a dict")
+    if kind == "reset":
+        if not isinstance(obs, (str, list)):
+            raise InvalidResult(
+                f"{where} returned an observation of type {type(obs).__name__}; use str (or a list of messages)"
+            )
+        with contextlib.suppress(TypeError):  # not weak-referenceable: skip the type check
+            _OBS_TYPES[env] = type(obs)
+        return obs, 0.0, False, False, info
+    expected = _OBS_TYPES.get(env, (str, list)) if _weakrefable(env) else (str, list)
+    if not isinstance(obs, expected):
+        names = expected.__name__ if isinstance(expected, type) else "str or list"
+        raise InvalidResult(f"{where} returned an observation of type {type(obs).__name__}; its reset returned {names}")
+    if isinstance(reward, _FLAGS) or not isinstance(reward, (int, float, np.integer, np.floating)):
+        raise InvalidResult(
+            f"{where} returned reward {reward!r:.80} of type {type(reward).__name__}; it must be a float"
+        )
+    reward = float(reward)
+    if not math.isfinite(reward):
+        raise InvalidResult(f"{where} returned reward {reward}; it must be finite")
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, _FLAGS):
+            raise InvalidResult(
+                f"{where} returned {name}={flag!r:.80} of type {type(flag).__name__}; it must be a bool"
+            )
+    return obs, reward, bool(terminated), bool(truncated), info
+
+
+def _weakrefable(env: Env) -> bool:
+    try:
+        weakref.ref(env)
+    except TypeError:
+        return False
+    return True
+
+
+def run_command(env: Env, env_id: int, kind: str, arg: Any) -> Result:
+    """Run one step or reset on `env` and check its result; exceptions propagate (the caller turns them into
+    faults, `InvalidResult` for a malformed result)."""
     if kind == "step":
-        obs, reward, terminated, truncated, info = env.step(arg)
+        try:
+            obs, reward, terminated, truncated, info = env.step(arg)
+        except (TypeError, ValueError) as e:
+            if not _unpacking_error(e):
+                raise
+            raise InvalidResult(f"{env!r}.step must return (obs, reward, terminated, truncated, info): {e}") from e
+        obs, reward, terminated, truncated, info = check_result(env, kind, obs, reward, terminated, truncated, info)
         return (env_id, obs, reward, terminated, truncated, info, False)
-    obs, info = env.reset(seed=arg)
+    try:
+        obs, info = env.reset(seed=arg)
+    except (TypeError, ValueError) as e:
+        if not _unpacking_error(e):
+            raise
+        raise InvalidResult(f"{env!r}.reset must return (obs, info): {e}") from e
+    obs, *_, info = check_result(env, kind, obs, 0.0, False, False, info)
     return (env_id, obs, 0.0, False, False, info, True)
+
+
+def _unpacking_error(e: BaseException) -> bool:
+    """True when `e` came from unpacking the env's return value here, not from inside the env."""
+    tb = e.__traceback__
+    return tb is not None and tb.tb_next is None and ("unpack" in str(e))
 
 
 def describe(exc: BaseException) -> str:
@@ -134,6 +210,49 @@ def close_quietly(env: Env | None) -> None:
     if env is not None:
         with contextlib.suppress(Exception):  # a broken env must not break shutdown
             env.close()
+
+
+CLOSE_TIMEOUT = 10.0
+
+
+def close_all(envs: Sequence[Env | None], timeout: float | None = None, *, deadline: float | None = None) -> list[int]:
+    """Close `envs` in daemon threads, waiting at most `timeout` seconds in all (or until `deadline`).
+
+    Returns the indices of envs whose `close()` had not returned by then (left running in the background)
+    and warns naming them."""
+    timeout = CLOSE_TIMEOUT if timeout is None else timeout
+    todo = [(i, env) for i, env in enumerate(envs) if env is not None]
+    if not todo:
+        return []
+    jobs: queue.SimpleQueue = queue.SimpleQueue()
+    for item in todo:
+        jobs.put(item)
+    done: set[int] = set()
+
+    def work() -> None:
+        while True:
+            try:
+                i, env = jobs.get_nowait()
+            except queue.Empty:
+                return
+            close_quietly(env)
+            done.add(i)
+
+    threads = [threading.Thread(target=work, name="jgem-pool-close", daemon=True) for _ in range(min(len(todo), 8))]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout if deadline is None else deadline
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    hung = [i for i, _ in todo if i not in done]
+    if hung:
+        names = ", ".join(f"env {i} ({envs[i]!r})" for i in hung[:8]) + (" ..." if len(hung) > 8 else "")
+        warnings.warn(
+            f"EnvPool.close: {len(hung)} env(s) did not close within {timeout}s and were left behind: {names}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return hung
 
 
 class _InlineBackend:
@@ -155,10 +274,10 @@ class _InlineBackend:
             if env is None:
                 env = self.envs[i] = self.factories[i]()
             return run_command(env, i, kind, arg)
-        except Exception as e:
+        except (Exception, SystemExit) as e:  # Ctrl-C still stops the caller
             close_quietly(env)
             self.envs[i] = None  # rebuilt by the next command
-            return fault_result(i, "exception", describe(e), kind == "reset")
+            return exception_fault(i, e, kind == "reset")
 
     def poll(self, ready: dict[int, Result], want: int, wait: float | None) -> None:
         run = self._run
@@ -181,10 +300,9 @@ class _InlineBackend:
             self.envs[i] = self.factories[i]()
         return self.envs[i]
 
-    def close(self) -> None:
-        for env in self.envs:
-            close_quietly(env)
-        self.envs = []
+    def close(self, timeout: float | None = None) -> None:
+        envs, self.envs = self.envs, []
+        close_all(envs, timeout)
 
 
 class _ThreadBackend(_InlineBackend):
@@ -231,11 +349,11 @@ class _ThreadBackend(_InlineBackend):
                     if gen[i] == g:
                         envs[i] = env
                 item = (g, run_command(env, i, kind, arg))
-            except Exception as e:
+            except BaseException as e:  # SystemExit from an env must not take the worker thread with it
                 if gen[i] == g:
                     envs[i] = None
                 close_quietly(env)
-                item = (g, fault_result(i, "exception", describe(e), kind == "reset"))
+                item = (g, exception_fault(i, e, kind == "reset"))
             results.put(item)
             if w in self.abandoned:
                 return
@@ -294,15 +412,17 @@ class _ThreadBackend(_InlineBackend):
     def poll_ids(self, ready: dict[int, Result], env_ids: Sequence[int]) -> None:
         self.poll(ready, len(env_ids), None)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        timeout = CLOSE_TIMEOUT if timeout is None else timeout
         for _ in self.threads:
             self.tasks.put(None)
-        deadline = time.monotonic() + 2.0
+        start = time.monotonic()
         for w, t in self.threads.items():
             if w not in self.abandoned:
-                t.join(timeout=max(0.0, deadline - time.monotonic()))
+                t.join(timeout=max(0.0, start + min(2.0, timeout / 2) - time.monotonic()))
         self.threads = {}
-        super().close()
+        envs, self.envs = self.envs, []
+        close_all(envs, timeout, deadline=start + timeout)
 
 
 class EnvPool:
@@ -400,6 +520,9 @@ class EnvPool:
         ids = self._check_ids(env_ids, "send")
         if len(actions) != len(ids):
             raise ValueError(f"send got {len(actions)} actions for {len(ids)} env ids; pass exactly one action per env")
+        for k, a in enumerate(actions):
+            if not isinstance(a, str):
+                raise TypeError(f"send: action {k} (env {ids[k]}) must be a str, got {type(a).__name__} {a!r:.60}")
         self._mark_busy(ids, "send")
         self._backend.submit(ids, "step", actions)
 
@@ -461,11 +584,13 @@ class EnvPool:
         """Commands sent whose results have not been returned by `recv`/`step` yet."""
         return self._in_flight
 
-    def close(self) -> None:
-        """Stop workers and close envs. Idempotent."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop workers and close envs, waiting at most about `timeout` seconds (default `CLOSE_TIMEOUT`) for
+        the envs' `close()`; one that hangs is left behind and named in a `RuntimeWarning`. Idempotent."""
         if not self._closed:
             self._closed = True
-            self._finalizer()
+            if self._finalizer.detach() is not None:
+                self._backend.close() if timeout is None else self._backend.close(timeout)
 
     def __enter__(self) -> EnvPool:
         return self

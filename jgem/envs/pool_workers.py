@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from jgem.core import EnvFault, JgemError
-from jgem.envs.pool import EnvFactory, Result, close_quietly, describe, fault_result, run_command
+from jgem.envs.pool import EnvFactory, Result, close_quietly, describe, exception_fault, fault_result, run_command
 
 # A worker sends what it has when a command batch ends or this long after its last message, so a
 # slow env does not hold back finished ones and the parent can tell progress from a hang.
@@ -101,10 +101,10 @@ def _run_batch(conn: Connection, envs: dict[int, Any], factory: EnvFactory, op: 
             if env is None:
                 env = envs[i] = factory()
             out.append(run_command(env, i, op, arg))
-        except Exception as e:
+        except BaseException as e:  # SystemExit from one env must not take its neighbours' worker down
             close_quietly(env)
             envs[i] = None  # rebuilt by its next command
-            out.append(fault_result(i, "exception", describe(e), op == "reset"))
+            out.append(exception_fault(i, e, op == "reset"))
         now = time.monotonic()
         if now - last > FLUSH_INTERVAL:
             _send_results(conn, out)
@@ -117,9 +117,17 @@ def _run_batch(conn: Connection, envs: dict[int, Any], factory: EnvFactory, op: 
 def _send_results(conn: Connection, out: list[Result]) -> None:
     try:
         conn.send(("results", out))
-    except (pickle.PicklingError, TypeError, AttributeError) as e:
+    except (pickle.PicklingError, TypeError, AttributeError):
+        conn.send(("results", [_picklable(r) for r in out]))  # only the results that cannot travel are faults
+
+
+def _picklable(r: Result) -> Result:
+    try:
+        pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:
         reason = f"result could not be pickled ({type(e).__name__}: {e}); keep obs and infos picklable"
-        conn.send(("results", [fault_result(r[0], "exception", reason, r[6]) for r in out]))
+        return fault_result(r[0], "invalid_result", reason, r[6])
+    return r
 
 
 class _Worker:
@@ -326,12 +334,13 @@ class ProcessBackend:
                 self.lost[i] = f"{reason}; this env's episode was lost"
         self._start(w)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """Ask workers to close their envs; kill those still running after `timeout` seconds."""
         for w in self.workers:
             if w.conn is not None and not w.conn.closed:
                 with contextlib.suppress(Exception):
                     w.conn.send(("close",))
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + (1.0 if timeout is None else min(timeout, 1.0))
         for w in self.workers:
             if w.proc is not None:
                 w.proc.join(timeout=max(0.0, deadline - time.monotonic()))

@@ -1,5 +1,6 @@
 """Test envs whose actions inject faults: "raise", "sleep:<s>", "hang", "exit" (kills a process worker),
-"self_fault" (the env reports a fault in its own info, as RemoteEnv does).
+"self_fault" (the env reports a fault in its own info, as RemoteEnv does), "sysexit" (raises SystemExit),
+"bad:<name>" (returns the malformed result `BAD_RESULTS[name]`).
 
 Module-level classes so the process backend can pickle them.
 """
@@ -30,11 +31,15 @@ class CounterEnv(Env):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         inject(action)
+        if action.startswith("bad:"):
+            return BAD_RESULTS[action[4:]]
         self.t += 1
         done = self.t >= self.horizon
         info = {"t": self.t, "suffix": f"[t={self.t}]"}
         if done:
             info["success"] = action == "win"
+        if action == "unpicklable_info":  # fine in-process; cannot cross a pipe to the parent
+            return f"{self.start}:{self.t}:{action}", 0.0, done, False, {**info, "fn": lambda: None}
         if action == "self_fault":  # what a RemoteEnv does when its server is gone
             info["fault"] = "remote: server went away"
             return "", 0.0, False, True, info
@@ -44,7 +49,23 @@ class CounterEnv(Env):
         return f"a{int(self.np_random.integers(10))}"
 
 
+BAD_RESULTS: dict[str, Any] = {
+    "reward_str": ("o", "abc", False, False, {}),
+    "reward_none": ("o", None, False, False, {}),
+    "reward_nan": ("o", float("nan"), False, False, {}),
+    "reward_inf": ("o", float("inf"), False, False, {}),
+    "info_none": ("o", 0.0, False, False, None),
+    "obs_int": (7, 0.0, False, False, {}),
+    "obs_none": (None, 0.0, False, False, {}),
+    "flag_str": ("o", 0.0, "yes", False, {}),
+    "flag_none": ("o", 0.0, False, None, {}),
+    "short": ("o", 0.0, False),
+}
+
+
 def inject(action: str) -> None:
+    if action == "sysexit":
+        raise SystemExit(3)
     if action == "raise":
         raise RuntimeError("injected failure")
     if action == "hang":
@@ -62,6 +83,25 @@ class ResetFailsEnv(CounterEnv):
         if seed == 13:
             raise ValueError("unlucky seed")
         return super().reset(seed)
+
+
+class ListObsEnv(CounterEnv):
+    """Observations are message-like lists; the action "str" returns a plain string instead."""
+
+    def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed)
+        return [], {}
+
+    def step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return (obs if action == "str" else [action]), reward, terminated, truncated, info
+
+
+class HangingCloseEnv(CounterEnv):
+    """`close()` never returns."""
+
+    def close(self) -> None:
+        time.sleep(3600)
 
 
 class BrokenInitEnv(Env):

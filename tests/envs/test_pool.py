@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from functools import partial
 from pathlib import Path
 
@@ -16,9 +17,9 @@ import psutil
 import pytest
 
 from jgem.core import JgemError
-from jgem.envs.pool import EnvPool, StepBatch
+from jgem.envs.pool import EnvPool, StepBatch, run_command
 from jgem.envs.wrappers import EpisodeStatistics
-from tests.envs.faulty_envs import BrokenInitEnv, CounterEnv, ResetFailsEnv
+from tests.envs.faulty_envs import BAD_RESULTS, BrokenInitEnv, CounterEnv, HangingCloseEnv, ListObsEnv, ResetFailsEnv
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["inline", "thread", "process"]
@@ -464,3 +465,83 @@ def test_dropped_pool_stops_its_threads() -> None:
     while _new_pool_threads(before) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not _new_pool_threads(before)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad", sorted(BAD_RESULTS))
+def test_malformed_result_faults_only_that_env(backend: str, bad: str) -> None:
+    with _pool(backend, 3) as pool:
+        _reset_all(pool, [0, 1, 2])
+        pool.send([0, 1, 2], ["a", f"bad:{bad}", "b"])
+        got = {}
+        while pool.num_in_flight:
+            got.update(_sorted(pool.recv()))
+        assert sorted(got) == [0, 1, 2]  # the healthy envs' results are kept
+        assert got[0][1] == 1.0 and got[2][1] == 1.0 and "fault" not in got[0][4] and "fault" not in got[2][4]
+        obs, reward, terminated, truncated, info = got[1]
+        assert info["fault"].startswith("invalid_result:") and truncated and not terminated and reward == 0.0
+        assert pool.num_faults == 1
+        pool.reset([1], seeds=[1])  # the faulted env is rebuilt and plays on
+        pool.recv()
+        assert pool.step([1], ["x"]).rewards.tolist() == [1.0]
+
+
+def test_step_observation_must_keep_the_reset_type() -> None:
+    with EnvPool(partial(ListObsEnv), 2, backend="inline") as pool:
+        _reset_all(pool, [0, 1])
+        b = pool.step([0, 1], ["a", "str"])
+        assert "fault" not in b.infos[0] and b.obs[0] == ["a"]
+        assert b.infos[1]["fault"].startswith("invalid_result:") and "list" in b.infos[1]["fault"]
+
+
+def test_flags_and_rewards_become_plain_python_types() -> None:
+    env = CounterEnv()
+    env.reset(seed=0)
+    _, _, reward, term, trunc, _, _ = run_command(env, 0, "step", "x")
+    assert type(reward) is float and type(term) is bool and type(trunc) is bool
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_system_exit_in_an_env_is_a_fault(backend: str) -> None:
+    # With the default step_timeout=None the thread backend used to lose the worker and never answer.
+    with _pool(backend, 2, num_workers=1) as pool:
+        _reset_all(pool, [0, 1])
+        pool.send([0, 1], ["sysexit", "a"])
+        got = {}
+        while pool.num_in_flight:
+            got.update(_sorted(pool.recv(timeout=10)))
+        assert got[0][4]["fault"].startswith("exception: SystemExit")
+        assert "fault" not in got[1][4]
+        pool.reset([0], seeds=[0])
+        pool.recv()
+        assert pool.step([0, 1], ["b", "c"]).rewards.tolist() == [1.0, 2.0]  # the worker is still there
+
+
+def test_process_unpicklable_result_faults_only_its_env() -> None:
+    with _pool("process", 4, num_workers=1) as pool:
+        _reset_all(pool, [0, 1, 2, 3])
+        b = pool.step([0, 1, 2, 3], ["a", "unpicklable_info", "b", "c"])
+        assert [("fault" in info) for info in b.infos] == [False, True, False, False]
+        assert "pickled" in b.infos[1]["fault"] and b.rewards.tolist() == [1.0, 0.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("backend", ["inline", "thread"])
+def test_close_is_bounded_when_an_env_close_hangs(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jgem.envs.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "CLOSE_TIMEOUT", 0.5)  # the default the trainer's `finally` gets
+    pool = EnvPool(HangingCloseEnv, 2, backend=backend)
+    caught: list = []
+
+    def close() -> None:
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            pool.close()
+        caught.extend(w)
+
+    t = threading.Thread(target=close, daemon=True)
+    t.start()
+    t.join(timeout=5.0)
+    assert not t.is_alive(), "close() did not return"
+    (w,) = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert "env 0" in str(w.message) and "env 1" in str(w.message) and "0.5s" in str(w.message)

@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 from jgem.envs.remote.protocol import DEFAULT_PORT, INSTANCE_HEADER, TOKEN_HEADER
@@ -22,8 +23,46 @@ from jgem.envs.remote.service import EnvService, ServeConfig, ServiceError
 log = logging.getLogger("jgem.serve")
 
 
+class HeaderAuth:
+    """ASGI middleware checking the bearer token from the headers alone, before any body is read and before
+    any other check (the instance header's 410 included): every path but `/health` (`/`, `/docs` and
+    `/openapi.json` too) answers 401 JSON without it."""
+
+    OPEN = frozenset({"/health"})
+
+    def __init__(self, app: Any, token: str | None) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode() if token else None
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or self.expected is None or scope.get("path") in self.OPEN:
+            return await self.app(scope, receive, send)
+        got = b""
+        for name, value in scope.get("headers") or []:
+            if name == b"authorization":
+                got = value
+                break
+        if hmac.compare_digest(got, self.expected):
+            return await self.app(scope, receive, send)
+        body = b'{"detail": "missing or wrong bearer token; send \'Authorization: Bearer <token>\'"}'
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b"Bearer"),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
 class BodyLimit:
-    """ASGI middleware refusing request bodies over `max_bytes` with 413, declared or streamed."""
+    """ASGI middleware refusing request bodies over `max_bytes` with 413, declared or streamed; a request whose
+    client went away before the whole body arrived is never run."""
 
     def __init__(self, app: Any, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -39,7 +78,7 @@ class BodyLimit:
         while True:
             message = await receive()
             if message["type"] != "http.request":
-                break
+                return  # http.disconnect mid-body: the request did not arrive whole
             chunks.append(message.get("body", b""))
             seen += len(chunks[-1])
             if seen > self.max_bytes:
@@ -235,7 +274,7 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
         svc.restore(body.id, body.snapshot)
         return {"restored": True}
 
-    return BodyLimit(app, config.max_body_bytes)
+    return HeaderAuth(BodyLimit(app, config.max_body_bytes), config.token)
 
 
 def _is_loopback(host: str) -> bool:
@@ -259,8 +298,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=DEFAULT_PORT)
     p.add_argument(
         "--token",
-        default=os.environ.get("JGEM_SERVE_TOKEN"),
-        help="bearer token clients must send (default: $JGEM_SERVE_TOKEN)",
+        default=None,
+        help="bearer token clients must send; visible to other local users in the process list, so prefer "
+        "--token-file or $JGEM_SERVE_TOKEN",
+    )
+    p.add_argument("--token-file", default=None, help="read the bearer token from this file (first line)")
+    p.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=256,
+        help="most connections and tasks at once (uvicorn); more are answered 503",
+    )
+    p.add_argument(
+        "--timeout-keep-alive", type=float, default=5.0, help="seconds an idle connection is kept open (uvicorn)"
     )
     p.add_argument("--no-token", action="store_true", help="allow serving a non-loopback host without a token")
     p.add_argument("--max-envs", type=int, default=4096)
@@ -280,11 +330,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def resolve_token(args: argparse.Namespace) -> str | None:
+    """The token from --token-file, else --token, else $JGEM_SERVE_TOKEN."""
+    if args.token_file:
+        try:
+            token = (Path(args.token_file).read_text(encoding="utf-8").splitlines() or [""])[0].strip()
+        except OSError as e:
+            sys.exit(f"--token-file {args.token_file}: cannot read a token from it ({e})")
+        if not token:
+            sys.exit(f"--token-file {args.token_file} is empty")
+        return token
+    return args.token or os.environ.get("JGEM_SERVE_TOKEN") or None
+
+
 def main(argv: list[str] | None = None) -> None:
     """`jgem-serve`: run the server until SIGINT/SIGTERM, then close every env."""
     import uvicorn
 
     args = parse_args(argv)
+    args.token = resolve_token(args)
     if not args.token and not _is_loopback(args.host) and not args.no_token:
         sys.exit(
             f"refusing to serve {args.host} without a token: pass --token (or set JGEM_SERVE_TOKEN), "
@@ -303,7 +367,16 @@ def main(argv: list[str] | None = None) -> None:
         app = create_app(config)
     except ValueError as e:
         sys.exit(str(e))
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=10)
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=10,
+        limit_concurrency=args.limit_concurrency,
+        timeout_keep_alive=args.timeout_keep_alive,
+        h11_max_incomplete_event_size=16 * 1024,  # headers larger than this are refused
+    )
 
 
 if __name__ == "__main__":
