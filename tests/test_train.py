@@ -155,6 +155,24 @@ def test_after_warm_start_rl_gets_the_warm_policy_as_kl_reference_and_a_fresh_op
     assert _tree_equal(jax.device_get(resumed.state.ref_params), ref)
 
 
+def test_ppo_trains_after_a_warm_start_and_the_critic_sits_it_out(tmp_path):
+    """`tiny --algorithm ppo` (a warm start by default) raised 'this TrainState has a critic; TrainBatch needs
+    returns, values and value_mask' from the first supervised update."""
+    cfg = small_config(
+        str(tmp_path), algorithm="ppo", steps=1, warm_start=WarmStartConfig(steps=1, episodes_per_step=4)
+    )
+    tr = Trainer(cfg)
+    critic0 = jax.device_get(tr.state.critic_params)
+    policy0 = jax.device_get(tr.state.params)
+    tr.warm_start(lambda s, m: None)
+    assert tr.state.critic_params is not None and tr.state.critic_opt_state is not None
+    assert _tree_equal(jax.device_get(tr.state.critic_params), critic0), "the supervised phase trains the policy only"
+    assert not _tree_equal(jax.device_get(tr.state.params), policy0)
+    summary = tr.run()
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/value_loss" in r]
+    assert summary["steps"] == 1 and len(rows) == 1 and math.isfinite(rows[0]["train/value_loss"])
+
+
 def _tree_equal(a, b) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
