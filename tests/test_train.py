@@ -56,6 +56,10 @@ def test_every_algorithm_trains_with_finite_metrics(tmp_path, algorithm):
         ({"learner": {"micro_batch_size": 3}}, "micro_batch_size 3 is not divisible by 8 devices"),
         ({"algorithm": "ppo2"}, "algorithm 'ppo2' is unknown"),
         ({"rollout": {"temperature": 0.7}}, "learner.temperature 1.0 differs from rollout.temperature 0.7"),
+        (
+            {"env": {"env_id": "math:arithmetic"}, "warm_start": {"steps": 5}},
+            "'math:arithmetic' has none; set --warm-start.steps 0",
+        ),
     ],
 )
 def test_bad_configs_fail_fast_with_a_clear_message(tmp_path, overrides, message):
