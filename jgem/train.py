@@ -421,6 +421,7 @@ class Trainer:
             ),
             run_config=cfg,
             ignore_fields=(
+                "run_dir",  # the checkpoints found there are the run's: it may be moved, or named relatively
                 "steps",
                 "resume",
                 "plot",

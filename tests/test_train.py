@@ -189,6 +189,16 @@ def test_resume_refuses_a_different_config(tmp_path):
     train(small_config(str(tmp_path), steps=2, learner={"keep_logits_mb": 0.0}))
 
 
+def test_a_moved_run_dir_resumes(tmp_path):
+    """Resume compared the literal run_dir string: a run moved (or named relatively, then absolutely) was refused."""
+    train(small_config(str(tmp_path / "a"), steps=1))
+    (tmp_path / "a").rename(tmp_path / "b")
+    summary = train(small_config(str(tmp_path / "b"), steps=2))
+    assert summary["steps"] == 2
+    rows = [r for r in read_jsonl(tmp_path / "b" / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
