@@ -146,6 +146,14 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
             spec(cfg.env.env_id)
         except KeyError as e:
             errors.append(str(e.args[0]))
+    if cfg.warm_start.steps > 0:
+        from jgem.envs.games.solvers import has_solver
+
+        if not has_solver(cfg.env.env_id):
+            errors.append(
+                f"warm_start.steps {cfg.warm_start.steps} needs a game with a scripted solver, and "
+                f"{cfg.env.env_id!r} has none; set --warm-start.steps 0"
+            )
     if cfg.model.path is not None and not (Path(cfg.model.path) / "config.json").is_file():
         errors.append(f"model.path {cfg.model.path!r} is not a local HF checkpoint directory (no config.json there)")
     if cfg.model.tokenizer_path is not None and not Path(cfg.model.tokenizer_path).is_dir():

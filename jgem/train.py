@@ -31,7 +31,7 @@ from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import load_pretrained
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
 from jgem.models.transformer import Transformer
-from jgem.rollout.batch import build_batch
+from jgem.rollout.batch import build_batch, choose_length
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.episode import Episode, turn_arrays
 from jgem.sharding.mesh import batch_axis_size, make_mesh
@@ -104,8 +104,10 @@ class Trainer:
         model, critic, self.model_cfg = self._build_models(tokenizer)
         # With a KL penalty, the state carries the frozen reference policy: the policy RL starts from (the
         # initial one, or the warm-started one after a warm start); checkpoints keep it, so resume is exact.
+        # REINFORCE++ folds its KL penalty into the rewards (make_batch), so its loss has none
+        learner = dataclasses.replace(cfg.learner, kl_coef=0.0) if cfg.algorithm == "reinforce_pp" else cfg.learner
         self.state: TrainState = init_train_state(
-            model, cfg.learner, self.mesh, critic=critic, seed=cfg.seed, reference=cfg.learner.kl_coef > 0
+            model, learner, self.mesh, critic=critic, seed=cfg.seed, reference=cfg.learner.kl_coef > 0
         )
         self.pool = EnvPool(
             cfg.env.env_id,
@@ -155,13 +157,16 @@ class Trainer:
 
     # -- device functions (jitted in __init__) -------------------------------------------------------
 
-    def _advantages(self, rewards, turn_mask, group_ids, values):
+    def _advantages(self, rewards, turn_mask, group_ids, values=None, bootstrap=None, kl=None):
         out = compute_advantages(
             self.adv_name,
             rewards,
             turn_mask,
             group_ids=group_ids,
             values=values,
+            bootstrap_values=bootstrap,
+            kl=kl,
+            kl_coef=self.cfg.learner.kl_coef,
             gamma=self.cfg.gamma,
             lam=self.cfg.lam,
         )
@@ -201,7 +206,11 @@ class Trainer:
         )
 
     def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
-        """Advantages (global across processes) and packing into a fixed-shape, sharded TrainBatch."""
+        """Advantages (global across processes) and packing into a fixed-shape, sharded TrainBatch.
+
+        The episodes are packed first; the critic's values (PPO), the reference log-probs (KL) and from them
+        REINFORCE++'s per-turn KL are read off the packed rows; then the turn-level advantages go onto the
+        action tokens of the same rows."""
         cfg = self.cfg
         episodes = [e for e in episodes if e.fault is None and e.num_turns > 0]
         if not episodes:
@@ -210,65 +219,90 @@ class Trainer:
         K = int(self._allgather_max(K))
         E = int(self._allgather_max(len(episodes)))
         arrays = turn_arrays(episodes, num_turns=K, num_rows=E)
-        metrics: dict[str, float] = {}
-        values = returns = None
-        if sft:
-            adv = arrays["turn_mask"].astype(np.float32)
-        else:
-            critic = self.state.critic_params is not None
-            if critic:
-                arrays["values"] = self._turn_values(episodes, K, E)
-            gathered = self._allgather_rows(arrays)
-            adv, ret = self._adv(
-                jnp.asarray(gathered["rewards"]),
-                jnp.asarray(gathered["turn_mask"]),
-                jnp.asarray(gathered["group_ids"]),
-                jnp.asarray(gathered["values"]) if critic else None,
-            )
-            rows = self._local_rows(E)
-            adv, ret = np.asarray(adv)[rows], np.asarray(ret)[rows]
-            if critic:
-                values, returns = arrays["values"], ret
-        packed = build_batch(
-            episodes,
-            adv[: len(episodes)],
-            view=cfg.rollout.view,
-            pad_id=self.chat.pad_id,
-            buckets=cfg.batch_buckets,
-            batch_divisor=self.batch_divisor,
-            returns=None if returns is None else returns[: len(episodes)],
-            values=None if values is None else values[: len(episodes)],
-        )
-        metrics |= packed.metrics
-        host = self._pad_rows(packed.arrays)
-        batch = TrainBatch(**shard_batch(host, self.mesh))
-        if self.state.ref_params is not None and not sft:
-            batch = batch.replace(
-                ref_logprobs=self._ref_logprobs(self.state, batch.tokens, batch.positions, batch.segment_ids)
-            )
-        return batch, metrics
-
-    def _turn_values(self, episodes: list[Episode], K: int, E: int) -> np.ndarray:
-        """Critic values at the last prompt token of every turn, [E, K] (PPO)."""
+        critic = not sft and self.state.critic_params is not None
         zeros = np.zeros((len(episodes), K), np.float32)
         packed = build_batch(
             episodes,
             zeros,
-            view=self.cfg.rollout.view,
+            view=cfg.rollout.view,
             pad_id=self.chat.pad_id,
-            buckets=self.cfg.batch_buckets,
+            buckets=cfg.batch_buckets,
             batch_divisor=self.batch_divisor,
-            returns=zeros,
-            values=zeros,
+            returns=zeros if critic else None,
+            values=zeros if critic else None,
         )
         host = self._pad_rows(packed.arrays)
-        b = shard_batch({k: host[k] for k in ("tokens", "positions", "segment_ids")}, self.mesh)
+        B, T = host["tokens"].shape
+        pad = [(0, B - packed.token_turn.shape[0]), (0, T - packed.token_turn.shape[1])]
+        packed = dataclasses.replace(
+            packed,
+            token_turn=np.pad(packed.token_turn, pad, constant_values=-1),
+            token_episode=np.pad(packed.token_episode, pad, constant_values=-1),
+        )
+        inputs = shard_batch({k: host[k] for k in ("tokens", "positions", "segment_ids")}, self.mesh)
+        ref = None
+        if self.state.ref_params is not None and not sft:
+            ref = self._ref_logprobs(self.state, inputs["tokens"], inputs["positions"], inputs["segment_ids"])
+        metrics: dict[str, float] = dict(packed.metrics)
+        if sft:
+            adv = arrays["turn_mask"].astype(np.float32)
+        else:
+            options = {}
+            if critic:
+                vmask = host["value_mask"]
+                v = np.asarray(self._values(self.state, inputs["tokens"], inputs["positions"], inputs["segment_ids"]))
+                values = np.zeros((E, K), np.float32)
+                values[packed.token_episode[vmask], packed.token_turn[vmask]] = v[vmask]
+                arrays["values"] = values
+                arrays["bootstrap"] = self._bootstrap_values(episodes, E)
+                metrics["rollout/bootstrapped"] = float(sum(e.next_prompt is not None for e in episodes))
+            if self.adv_name == "reinforce_pp" and ref is not None:
+                # each turn's summed token KL log pi_old - log pi_ref over its action tokens
+                lmask = host["loss_mask"]
+                diff = host["old_logprobs"] - np.asarray(ref)
+                kl = np.zeros((E, K), np.float32)
+                np.add.at(kl, (packed.token_episode[lmask], packed.token_turn[lmask]), diff[lmask])
+                arrays["kl"] = kl
+            gathered = self._allgather_rows(arrays)
+            for name in ("values", "bootstrap", "kl"):
+                if name in gathered:
+                    options[name] = jnp.asarray(gathered[name])
+            adv, ret = self._adv(
+                jnp.asarray(gathered["rewards"]),
+                jnp.asarray(gathered["turn_mask"]),
+                jnp.asarray(gathered["group_ids"]),
+                **options,
+            )
+            rows = self._local_rows(E)
+            adv, ret = np.asarray(adv)[rows], np.asarray(ret)[rows]
+            if critic:
+                host["values"] = packed.scatter_turns(arrays["values"], host["value_mask"])
+                host["returns"] = packed.scatter_turns(ret, host["value_mask"])
+        host["advantages"] = packed.scatter_turns(adv, host["loss_mask"])
+        batch = TrainBatch(**shard_batch(host, self.mesh))
+        if ref is not None:
+            batch = batch.replace(ref_logprobs=ref)
+        return batch, metrics
+
+    def _bootstrap_values(self, episodes: list[Episode], E: int) -> np.ndarray:
+        """f32[E]: the critic's value of the state each truncated episode was cut in (its `next_prompt`'s last
+        token); 0 for episodes that ended (terminal) and for padding rows (PPO)."""
+        out = np.zeros((E,), np.float32)
+        idx = [i for i, e in enumerate(episodes) if e.next_prompt is not None]
+        if int(self._allgather_max(len(idx))) == 0:
+            return out
+        prompts = [episodes[i].next_prompt for i in idx] or [np.zeros(1, np.int32)]  # every process runs it
+        T = choose_length(max(p.size for p in prompts), self.cfg.batch_buckets)
+        tokens = np.full((len(prompts), T), self.chat.pad_id, np.int32)
+        positions = np.zeros((len(prompts), T), np.int32)
+        segment_ids = np.zeros((len(prompts), T), np.int32)
+        for r, p in enumerate(prompts):
+            tokens[r, : p.size], positions[r, : p.size], segment_ids[r, : p.size] = p, np.arange(p.size), 1
+        host = self._pad_rows({"tokens": tokens, "positions": positions, "segment_ids": segment_ids})
+        b = shard_batch(host, self.mesh)
         v = np.asarray(self._values(self.state, b["tokens"], b["positions"], b["segment_ids"]))
-        vmask = host["value_mask"]
-        out = np.zeros((E, K), np.float32)
-        for seg, (r, s, n) in zip(packed.segments, packed.placement):
-            idx = np.flatnonzero(vmask[r, s : s + n]) + s
-            out[seg.episode, list(seg.turns)] = v[r, idx]
+        for r, i in enumerate(idx):
+            out[i] = v[r, prompts[r].size - 1]
         return out
 
     def _pad_rows(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -342,7 +376,9 @@ class Trainer:
             kl_coef=0.0,
             entropy_coef=0.0,
         )
-        self.state = self.state.replace(cfg=sft_cfg)
+        # the supervised phase trains the policy only: the critic (PPO) sits it out and comes back unchanged
+        critic = {k: getattr(self.state, k) for k in ("critic_params", "critic_opt_state", "critic_state")}
+        self.state = self.state.replace(cfg=sft_cfg, **dict.fromkeys(critic))
         for s in range(ws.steps):
             specs = [EpisodeSpec(i, i, 10**9 * 3 + s * ws.episodes_per_step + i) for i in range(ws.episodes_per_step)]
             eps = scripted_episodes(
@@ -360,7 +396,7 @@ class Trainer:
             self.state, m = update(self.state, batch)
             check_finite_loss(float(m["loss"]), s, eps, what="warm-start loss")
             log(s, {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")})
-        self.state = self.state.replace(cfg=rl_cfg)
+        self.state = self.state.replace(cfg=rl_cfg, **critic)
         if ws.reset_optimizer:
             self.state = reset_optimizer(self.state)
         if self.state.ref_params is not None:  # KL keeps RL near what the warm start taught
@@ -385,6 +421,7 @@ class Trainer:
             ),
             run_config=cfg,
             ignore_fields=(
+                "run_dir",  # the checkpoints found there are the run's: it may be moved, or named relatively
                 "steps",
                 "resume",
                 "plot",

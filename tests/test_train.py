@@ -56,6 +56,10 @@ def test_every_algorithm_trains_with_finite_metrics(tmp_path, algorithm):
         ({"learner": {"micro_batch_size": 3}}, "micro_batch_size 3 is not divisible by 8 devices"),
         ({"algorithm": "ppo2"}, "algorithm 'ppo2' is unknown"),
         ({"rollout": {"temperature": 0.7}}, "learner.temperature 1.0 differs from rollout.temperature 0.7"),
+        (
+            {"env": {"env_id": "math:arithmetic"}, "warm_start": {"steps": 5}},
+            "'math:arithmetic' has none; set --warm-start.steps 0",
+        ),
     ],
 )
 def test_bad_configs_fail_fast_with_a_clear_message(tmp_path, overrides, message):
@@ -173,6 +177,24 @@ def test_after_warm_start_rl_gets_the_warm_policy_as_kl_reference_and_a_fresh_op
     assert _tree_equal(jax.device_get(resumed.state.ref_params), ref)
 
 
+def test_ppo_trains_after_a_warm_start_and_the_critic_sits_it_out(tmp_path):
+    """`tiny --algorithm ppo` (a warm start by default) raised 'this TrainState has a critic; TrainBatch needs
+    returns, values and value_mask' from the first supervised update."""
+    cfg = small_config(
+        str(tmp_path), algorithm="ppo", steps=1, warm_start=WarmStartConfig(steps=1, episodes_per_step=4)
+    )
+    tr = Trainer(cfg)
+    critic0 = jax.device_get(tr.state.critic_params)
+    policy0 = jax.device_get(tr.state.params)
+    tr.warm_start(lambda s, m: None)
+    assert tr.state.critic_params is not None and tr.state.critic_opt_state is not None
+    assert _tree_equal(jax.device_get(tr.state.critic_params), critic0), "the supervised phase trains the policy only"
+    assert not _tree_equal(jax.device_get(tr.state.params), policy0)
+    summary = tr.run()
+    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/value_loss" in r]
+    assert summary["steps"] == 1 and len(rows) == 1 and math.isfinite(rows[0]["train/value_loss"])
+
+
 def _tree_equal(a, b) -> bool:
     return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
 
@@ -183,6 +205,16 @@ def test_resume_refuses_a_different_config(tmp_path):
         train(small_config(str(tmp_path), steps=2, gamma=0.5))
     # a memory-vs-speed setting may change between resumes (and runs from before it existed resume)
     train(small_config(str(tmp_path), steps=2, learner={"keep_logits_mb": 0.0}))
+
+
+def test_a_moved_run_dir_resumes(tmp_path):
+    """Resume compared the literal run_dir string: a run moved (or named relatively, then absolutely) was refused."""
+    train(small_config(str(tmp_path / "a"), steps=1))
+    (tmp_path / "a").rename(tmp_path / "b")
+    summary = train(small_config(str(tmp_path / "b"), steps=2))
+    assert summary["steps"] == 2
+    rows = [r for r in read_jsonl(tmp_path / "b" / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2]
 
 
 def _free_port() -> int:

@@ -43,25 +43,38 @@ def get_advantage_fn(name: str) -> AdvantageFn:
 
 
 def masked_mean_std(x: jax.Array, mask: jax.Array, ddof: int = 0) -> tuple[jax.Array, jax.Array]:
-    """Mean and std of x over mask (all axes); std is 0 when fewer than ddof + 1 entries are valid."""
+    """Mean and std of x over mask (all axes); std is 0 when fewer than ddof + 1 entries are valid.
+
+    Two passes over data shifted by one of its valid values, so equal values give exactly their value as the mean
+    and exactly 0 as the std (a plain float32 mean of 100 x 0.3 is not 0.3, and (x - mean) / (std + eps) would
+    turn that rounding into a constant non-zero advantage).
+    """
     m = mask.astype(jnp.float32)
     n = m.sum()
-    mean = (x * m).sum() / jnp.maximum(n, 1.0)
-    var = (jnp.square(x - mean) * m).sum() / jnp.maximum(n - ddof, 1.0)
-    return mean, jnp.where(n > ddof, jnp.sqrt(var), 0.0)
+    shift = jnp.where(mask, x, -jnp.inf).max()
+    shift = jnp.where(n > 0, shift, 0.0)
+    d = jnp.where(mask, x - shift, 0.0)
+    dmean = d.sum() / jnp.maximum(n, 1.0)
+    var = (jnp.square(d - dmean) * m).sum() / jnp.maximum(n - ddof, 1.0)
+    return shift + dmean, jnp.where(n > ddof, jnp.sqrt(var), 0.0)
 
 
 def _group_stats(values: jax.Array, valid: jax.Array, group_ids: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Per-episode group sum, count and sum of squares over valid episodes. values/valid/group_ids: [E]."""
+    """Per-episode group mean, count and sum of squared deviations over valid episodes. values/valid/group_ids: [E].
+
+    Two passes over values shifted by their group's largest value, so a group of equal returns has exactly
+    that return as its mean and exactly 0 deviation (see `masked_mean_std`)."""
     E = values.shape[0]
     # group ids may be any int32; map them to 0..E-1 so segment sums have a static size
     _, inv = jnp.unique(group_ids, size=E, fill_value=jnp.iinfo(jnp.int32).max, return_inverse=True)
     inv = inv.reshape(E)
     w = valid.astype(jnp.float32)
-    s = jax.ops.segment_sum(values * w, inv, num_segments=E)[inv]
+    shift = jax.ops.segment_max(jnp.where(valid, values, -jnp.inf), inv, num_segments=E)[inv]
+    d = jnp.where(valid, values - shift, 0.0)
     n = jax.ops.segment_sum(w, inv, num_segments=E)[inv]
-    ss = jax.ops.segment_sum(jnp.square(values) * w, inv, num_segments=E)[inv]
-    return s, n, ss
+    dmean = jax.ops.segment_sum(d, inv, num_segments=E)[inv] / jnp.maximum(n, 1.0)
+    ssd = jax.ops.segment_sum(jnp.square(d - dmean) * w, inv, num_segments=E)[inv]
+    return jnp.where(valid, shift + dmean, 0.0), n, ssd
 
 
 def _episode_returns(rewards, turn_mask, gamma):
@@ -93,15 +106,14 @@ def rebn(rewards, turn_mask, *, gamma: float = 1.0, eps: float = 1e-6, **_) -> A
 def _grouped(name, rewards, turn_mask, group_ids, gamma, eps, mode) -> Advantages:
     _require(name, group_ids=group_ids)
     g, ret, valid = _episode_returns(rewards, turn_mask, gamma)
-    s, n, ss = _group_stats(ret, valid, group_ids)
-    mean = s / jnp.maximum(n, 1.0)
+    mean, n, ssd = _group_stats(ret, valid, group_ids)
     if mode == "grpo":  # unbiased std as in DeepSeekMath / TRL; 0 for groups of one
-        var = jnp.maximum(ss - n * jnp.square(mean), 0.0) / jnp.maximum(n - 1.0, 1.0)
+        var = ssd / jnp.maximum(n - 1.0, 1.0)
         a = (ret - mean) / (jnp.where(n > 1, jnp.sqrt(var), 0.0) + eps)
     elif mode == "drgrpo":
         a = ret - mean
-    else:  # rloo: baseline is the mean of the other n-1 episodes; 0 for groups of one
-        a = jnp.where(n > 1, (ret - (s - ret) / jnp.maximum(n - 1.0, 1.0)), 0.0)
+    else:  # rloo: R - mean of the other n-1 episodes = n / (n - 1) (R - group mean); 0 for groups of one
+        a = jnp.where(n > 1, (ret - mean) * n / jnp.maximum(n - 1.0, 1.0), 0.0)
     a = jnp.where(valid, a, 0.0)
     return Advantages(jnp.where(turn_mask, a[:, None], 0.0), g)
 

@@ -63,6 +63,10 @@ class LearnerConfig:
     critic_lr: float = 1e-5
     critic_max_grad_norm: float | None = 1.0
     value_clip: float | None = 0.2
+    # truncated importance sampling on the sampler/learner mismatch (bf16, kernels): each token's policy loss is
+    # weighted by min(pi_learner / pi_sampler, tis_cap), pi_learner the learner's probability at the sampling
+    # params (and PPO's ratio is taken against it). None: off
+    tis_cap: float | None = None
 
     def __post_init__(self):
         checks = [
@@ -79,6 +83,7 @@ class LearnerConfig:
             (self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1"),
             (self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size must be >= 1 or None"),
             (self.keep_logits_mb >= 0, f"keep_logits_mb must be >= 0, got {self.keep_logits_mb}"),
+            (self.tis_cap is None or self.tis_cap > 0, f"tis_cap must be > 0 or None, got {self.tis_cap}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -220,6 +225,8 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         )
     else:
         per_token, clipped = losses.reinforce_loss(logp, batch.advantages), jnp.zeros_like(mask)
+    if batch.is_weights is not None:
+        per_token = per_token * batch.is_weights
     if cfg.kl_coef and batch.ref_logprobs is None:
         raise ValueError("kl_coef > 0 needs TrainBatch.ref_logprobs (reference-policy logprobs); pass them")
     # reported whenever reference logprobs are given, even without a penalty
@@ -245,6 +252,15 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         "ratio": sg(jnp.exp(logp - batch.old_logprobs) * m).sum(),
         "tokens": m.sum(),
         "loss": sg(loss_sum),
+    }
+    # sampler vs learner: meaningful on the first optimizer step, where the params are the sampling ones
+    # (with tis_cap, old_logprobs are already the learner's; sampler_logprobs keeps the sampler's)
+    sampler = batch.old_logprobs if batch.sampler_logprobs is None else batch.sampler_logprobs
+    d = sg(logp) - sampler
+    metric_sums |= {
+        "logprob_diff_mean": (jnp.abs(d) * m).sum(),
+        "sampler_kl": (losses.kl_penalty(sampler, sg(logp), "k3") * m).sum(),  # KL(sampler || learner), k3
+        "logprob_diff_max": jnp.where(mask, jnp.abs(d), 0.0).max(),
     }
     return loss_sum, (denom, metric_sums)
 
@@ -319,7 +335,11 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
         return out
 
     def micro(acc, x: TrainBatch):
-        return jax.tree.map(jnp.add, acc, micro_out(x)), None
+        out = micro_out(x)
+        mx = jnp.maximum(acc["m"]["logprob_diff_max"], out["m"]["logprob_diff_max"])
+        acc = jax.tree.map(jnp.add, acc, out)
+        acc["m"]["logprob_diff_max"] = mx
+        return acc, None
 
     shapes = jax.eval_shape(micro_out, jax.tree.map(lambda y: y[0], mb))
     acc0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
@@ -331,7 +351,9 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
     grads = jax.tree.map(lambda g: g / jnp.maximum(acc["d"], 1e-9), acc["g"])
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(grad_norm)
-    metrics = {k: v / jnp.maximum(acc["m"]["tokens"], 1.0) for k, v in acc["m"].items() if k not in ("tokens", "loss")}
+    plain = ("tokens", "loss", "logprob_diff_max")
+    metrics = {k: v / jnp.maximum(acc["m"]["tokens"], 1.0) for k, v in acc["m"].items() if k not in plain}
+    metrics["logprob_diff_max"] = acc["m"]["logprob_diff_max"]
     metrics["loss"] = acc["m"]["loss"] / jnp.maximum(acc["d"], 1e-9)
     metrics["grad_norm"] = grad_norm
     tx = make_optimizer(cfg)
@@ -360,7 +382,9 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
 
     Metrics: loss, pg_loss, entropy, kl, clip_frac, ratio, grad_norm (before clipping), skipped (number of
     steps dropped for non-finite gradients), adv_mean/std/min/max over loss tokens, lr, and the critic's
-    value_loss / critic_grad_norm with a critic.
+    value_loss / critic_grad_norm with a critic; the sampler/learner mismatch on action tokens at the sampling
+    params (the first optimizer step's minibatch): logprob_diff_mean / logprob_diff_max (|learner - sampler|) and
+    sampler_kl (KL(sampler || learner), k3).
     """
     cfg, mesh = state.cfg, state.mesh
     batch.validate()  # shapes are static: this runs once, at trace time
@@ -370,6 +394,13 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
         raise ValueError("this TrainState has a critic; TrainBatch needs returns, values and value_mask")
     if state.critic_params is None:
         batch = batch.replace(returns=None, values=None, value_mask=None)
+
+    if cfg.tis_cap is not None:
+        # the learner's log-probs at the sampling params: PPO's ratio is taken against them, and each token's loss
+        # is weighted by min(pi_learner / pi_sampler, tis_cap)
+        lp0 = _current_logprobs(state, batch, M * n, r)
+        w = jnp.where(batch.loss_mask, jnp.minimum(jnp.exp(lp0 - batch.old_logprobs), cfg.tis_cap), 0.0)
+        batch = batch.replace(old_logprobs=lp0, sampler_logprobs=batch.old_logprobs, is_weights=w)
 
     rng, epoch_rng = jax.random.split(jax.random.wrap_key_data(state.rng))
 
@@ -381,6 +412,8 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
         return jax.lax.scan(_optimizer_step, st, _split(data, M, n, r, mesh))
 
     state, metrics = jax.lax.scan(epoch, state, jax.random.split(epoch_rng, cfg.epochs))
+    # the sampler/learner mismatch is the first optimizer step's (before any update: the sampling params)
+    first = {k: metrics.pop(k)[0, 0] for k in ("logprob_diff_mean", "logprob_diff_max", "sampler_kl")}
     # a skipped step's metrics are inf/nan: average the applied steps (nan if none), count the skipped
     applied = metrics["skipped"] == 0
     n_applied = applied.sum()
@@ -392,6 +425,7 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
         )
         for k, v in metrics.items()
     }
+    metrics |= first
     m = batch.loss_mask
     adv = batch.advantages
     cnt = jnp.maximum(m.sum(), 1)
@@ -405,6 +439,24 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
     )
     state = state.replace(step=state.step + 1, rng=jax.random.key_data(rng))
     return state, metrics
+
+
+def _current_logprobs(state: TrainState, batch: TrainBatch, chunks: int, r: int) -> jax.Array:
+    """f32[B, T] log-probs of the batch's tokens under the state's params, `r` rows at a time (no gradient)."""
+    cfg = state.cfg
+    model = nnx.merge(state.graphdef, state.params, state.model_state)
+    B, T = batch.tokens.shape
+
+    def one(_, x):
+        tok, pos, seg = x
+        lp, _ = token_logprobs(
+            model, tok, pos, seg, chunk_size=cfg.logprob_chunk_size, temperature=cfg.temperature, keep_logits_mb=0.0
+        )
+        return None, lp
+
+    xs = tuple(x.reshape(chunks, r, T) for x in (batch.tokens, batch.positions, batch.segment_ids))
+    _, lp = jax.lax.scan(one, None, xs)
+    return jax.lax.stop_gradient(lp.reshape(B, T))
 
 
 def _opt_count(opt_state) -> jax.Array:

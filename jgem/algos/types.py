@@ -20,6 +20,8 @@ class TrainBatch:
     returns[B, T] f32          critic targets at value positions (PPO with a critic only)
     values[B, T] f32           critic values at sampling time, for value clipping (PPO only)
     value_mask[B, T] bool      True at the last prompt token of each turn (PPO only)
+    sampler_logprobs[B, T] f32 the sampler's log-probs when old_logprobs were replaced by the learner's (tis_cap)
+    is_weights[B, T] f32       truncated importance weights min(pi_learner / pi_sampler, cap) (tis_cap only)
     """
 
     tokens: jax.Array
@@ -32,6 +34,8 @@ class TrainBatch:
     returns: jax.Array | None = None
     values: jax.Array | None = None
     value_mask: jax.Array | None = None
+    sampler_logprobs: jax.Array | None = None
+    is_weights: jax.Array | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -51,6 +55,8 @@ class TrainBatch:
             "returns",
             "values",
             "value_mask",
+            "sampler_logprobs",
+            "is_weights",
         ):
             x = getattr(self, name)
             if x is not None and tuple(x.shape) != tuple(self.tokens.shape):

@@ -36,6 +36,7 @@ class Segment:
     value_mask: np.ndarray  # bool[L]: last prompt token of each turn
     returns: np.ndarray  # f32[L]
     values: np.ndarray  # f32[L]
+    turn_of: np.ndarray  # i32[L]: the turn of each action token and value position, -1 elsewhere
     episode: int  # index into the episodes list
     turns: tuple[int, ...]  # transition indices inside the episode
 
@@ -43,12 +44,23 @@ class Segment:
 @dataclass(frozen=True)
 class PackedBatch:
     """`arrays`: TrainBatch fields (feed `TrainBatch(**arrays)`); `placement[s] = (row, start, length)` of
-    segment s (in `segments` order); `metrics`: padding fraction, shape and token counts."""
+    segment s (in `segments` order); `metrics`: padding fraction, shape and token counts.
+    `token_episode[B, T]` / `token_turn[B, T]` (i32, -1 elsewhere): the episode index and turn of every action
+    token and value position, so turn-level `[E, K]` arrays go onto tokens (`scatter_turns`) and back."""
 
     arrays: dict[str, np.ndarray]
     placement: np.ndarray
     segments: tuple[Segment, ...]
     metrics: dict[str, float]
+    token_episode: np.ndarray
+    token_turn: np.ndarray
+
+    def scatter_turns(self, table: np.ndarray, where: np.ndarray) -> np.ndarray:
+        """f32[B, T]: `table[E, K]` at the positions `where[B, T]` (action tokens or value positions), 0 elsewhere."""
+        out = np.zeros(where.shape, np.float32)
+        e, k = self.token_episode[where], self.token_turn[where]
+        out[where] = np.asarray(table, np.float32)[e, k]
+        return out
 
 
 def _turn_value(table: np.ndarray | None, e: int, k: int, name: str) -> float:
@@ -121,6 +133,7 @@ def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segme
     vmask = np.zeros(L, bool)
     ret = np.zeros(L, np.float32)
     val = np.zeros(L, np.float32)
+    turn_of = np.full(L, -1, np.int32)
     for k, start in marks:
         t = ep.transitions[k]
         end = start + t.action_ids.size
@@ -130,7 +143,8 @@ def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segme
         vmask[start - 1] = True  # the critic scores the last prompt token of each turn
         ret[start - 1] = _turn_value(returns, e, k, "returns")
         val[start - 1] = _turn_value(values, e, k, "values")
-    return Segment(tok, loss_mask, a, lp, vmask, ret, val, e, tuple(turns))
+        turn_of[start - 1 : end] = k
+    return Segment(tok, loss_mask, a, lp, vmask, ret, val, turn_of, e, tuple(turns))
 
 
 def choose_length(longest: int, buckets: tuple[int, ...]) -> int:
@@ -217,6 +231,8 @@ def build_batch(
         "returns": np.zeros((B, T), np.float32),
         "values": np.zeros((B, T), np.float32),
     }
+    token_episode = np.full((B, T), -1, np.int32)
+    token_turn = np.full((B, T), -1, np.int32)
     next_id = np.ones(B, np.int32)
     # number segments left to right within each row
     for i in sorted(range(len(segments)), key=lambda i: where[i]):
@@ -228,6 +244,8 @@ def build_batch(
         next_id[r] += 1
         for name in out:
             out[name][r, s : s + n] = getattr(seg, name)
+        token_turn[r, s : s + n] = seg.turn_of
+        token_episode[r, s : s + n] = np.where(seg.turn_of >= 0, seg.episode, -1)
 
     arrays = {"tokens": tokens, "positions": positions, "segment_ids": segment_ids}
     arrays |= {k: out[k] for k in ("loss_mask", "advantages", "old_logprobs")}
@@ -243,7 +261,7 @@ def build_batch(
         "batch/padding_frac": 1.0 - real / float(B * T),
     }
     placement = np.array([(r, s, n) for (r, s), n in zip(where, lengths)], np.int32).reshape(-1, 3)
-    return PackedBatch(arrays, placement, tuple(segments), metrics)
+    return PackedBatch(arrays, placement, tuple(segments), metrics, token_episode, token_turn)
 
 
 def unpack(arrays: dict[str, np.ndarray], placement: np.ndarray, name: str = "tokens") -> list[np.ndarray]:

@@ -294,12 +294,18 @@ class RolloutEngine:
         done = terminated or truncated or fault
         if not done and len(ep.transitions) >= self._max_turns:
             done, truncated = True, True
-        if not done:
+        next_prompt = None
+        if not terminated and not fault:  # the state the episode goes on in (or was cut in)
             if per_turn:
-                ep.stream, ep.num_messages = first_prompt(chat, "per_turn", obs)
+                next_prompt = first_prompt(chat, "per_turn", obs)[0]
+            else:
+                next_prompt = ep.stream + observation_suffix(chat, ep.num_messages, action, obs)
+        if not done:
+            ep.stream = next_prompt
+            if per_turn:
+                ep.num_messages = 0
                 ep.cached, ep.prefix_key = 0, None
             else:
-                ep.stream += observation_suffix(chat, ep.num_messages, action, obs)
                 ep.num_messages = len(obs)
             if len(ep.stream) + cfg.max_new_tokens > cfg.max_episode_tokens:
                 self.stats.budget_truncations += 1
@@ -307,7 +313,7 @@ class RolloutEngine:
             else:
                 self._begin_turn(ep)
         if done:
-            self._finish(i, info, truncated=truncated)
+            self._finish(i, info, truncated=truncated, next_prompt=next_prompt if truncated else None)
 
     def _begin_turn(self, ep: _Live) -> None:
         ep.prompt_len, ep.action, ep.logprobs, ep.phase = len(ep.stream), [], [], "extend"
@@ -316,7 +322,7 @@ class RolloutEngine:
             limit = max(1, min(limit, int(self.turn_token_limit(ep.spec, len(ep.transitions)))))
         ep.limit = limit
 
-    def _finish(self, i: int, info: dict, *, truncated: bool) -> None:
+    def _finish(self, i: int, info: dict, *, truncated: bool, next_prompt: list[int] | None = None) -> None:
         ep = self._live[i]
         stream = None
         if self.cfg.view == "chat" and ep.transitions:
@@ -333,6 +339,7 @@ class RolloutEngine:
             truncated=truncated,
             fault=info.get("fault"),
             stream=stream,
+            next_prompt=None if next_prompt is None or "fault" in info else np.asarray(next_prompt, np.int32),
         )
         self.stats.episodes += 1
         self._live[i] = None

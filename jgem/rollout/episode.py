@@ -63,7 +63,9 @@ class Transition:
 class Episode:
     """A finished episode. `truncated`: ended by the turn limit or a fault rather than by the game;
     `fault`: the env failed (the pool's message), in which case the episode is usually dropped;
-    `stream`: chat view only, every token the model was conditioned on and sampled, ending with the last action."""
+    `stream`: chat view only, every token the model was conditioned on and sampled, ending with the last action;
+    `next_prompt`: a truncated episode's prompt for the turn it was cut before (the state it was cut in, as the
+    policy would have seen it), which a critic scores to bootstrap the return; None for ended or faulted ones."""
 
     episode_id: int
     group_id: int
@@ -74,8 +76,11 @@ class Episode:
     truncated: bool = False
     fault: str | None = None
     stream: np.ndarray | None = None
+    next_prompt: np.ndarray | None = None
 
     def __post_init__(self) -> None:
+        if self.next_prompt is not None:
+            self.next_prompt = _ids(self.next_prompt)
         if self.stream is not None:
             self.stream = np.asarray(self.stream, dtype=np.int32)
             if self.stream.ndim != 1:

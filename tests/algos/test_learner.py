@@ -1,5 +1,7 @@
 """The learner: packed-episode gradient, meshes vs one device, determinism, the non-finite guard, the critic."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -232,3 +234,48 @@ def test_bad_configs_give_clear_errors():
         LearnerConfig(aggregation="mean")
     with pytest.raises(ValueError, match="TrainBatch.advantages has shape"):
         batch.replace(advantages=jnp.zeros((2, 2))).validate()
+
+
+def _on_policy(model, batch):
+    logp, _ = jax.jit(lambda t, p, s: token_logprobs(model, t, p, s))(batch.tokens, batch.positions, batch.segment_ids)
+    return np.asarray(logp, np.float64)
+
+
+def test_update_logs_the_sampler_learner_mismatch_on_action_tokens():
+    model = tiny_model()
+    batch = make_batch(model, critic=False)
+    lp = _on_policy(model, batch)
+    mask = np.asarray(batch.loss_mask)
+    rng = np.random.default_rng(3)
+    d = np.where(mask, rng.uniform(-0.3, 0.3, mask.shape), 0.0)  # sampler = learner - d
+    batch = batch.replace(old_logprobs=jnp.asarray(np.where(mask, lp - d, 0.0), jnp.float32), ref_logprobs=None)
+    cfg = dataclasses.replace(CFG, kl_coef=0.0, epochs=1, minibatches=1)
+    _, m = update(init_train_state(model, cfg), batch)
+    np.testing.assert_allclose(float(m["logprob_diff_mean"]), np.abs(d)[mask].mean(), rtol=1e-4)
+    np.testing.assert_allclose(float(m["logprob_diff_max"]), np.abs(d)[mask].max(), rtol=1e-4)
+    kl = np.exp(d) - 1.0 - d  # k3 of log(sampler / learner) = -d
+    np.testing.assert_allclose(float(m["sampler_kl"]), kl[mask].mean(), rtol=1e-3)
+
+
+@pytest.mark.parametrize("policy_loss", ["reinforce", "ppo"])
+def test_truncated_importance_weight_on_the_sampler_learner_ratio(policy_loss):
+    model = tiny_model()
+    batch = make_batch(model, critic=False)
+    lp = _on_policy(model, batch)
+    mask = np.asarray(batch.loss_mask)
+    adv = np.asarray(batch.advantages, np.float64)
+    rng = np.random.default_rng(4)
+    d = np.where(mask, rng.uniform(-1.0, 1.0, mask.shape), 0.0)  # learner - sampler, some beyond the cap
+    batch = batch.replace(old_logprobs=jnp.asarray(np.where(mask, lp - d, 0.0), jnp.float32), ref_logprobs=None)
+    base = dataclasses.replace(CFG, kl_coef=0.0, entropy_coef=0.0, epochs=1, minibatches=1, policy_loss=policy_loss)
+    cap = 1.5
+    w = np.minimum(np.exp(d), cap)
+    # reinforce: -A logp w; ppo against the learner's own log-probs (ratio 1 at the sampling params): -A w
+    per = -adv * (lp if policy_loss == "reinforce" else 1.0)
+    _, m = update(init_train_state(model, dataclasses.replace(base, tis_cap=cap)), batch)
+    np.testing.assert_allclose(float(m["loss"]), (per * w)[mask].mean(), rtol=1e-4)
+    # off by default: no weight (ppo's ratio is then against the sampler's log-probs)
+    assert LearnerConfig().tis_cap is None
+    _, m = update(init_train_state(model, base), batch)
+    plain = per if policy_loss == "reinforce" else np.maximum(-adv * np.exp(d), -adv * np.clip(np.exp(d), 0.8, 1.2))
+    np.testing.assert_allclose(float(m["loss"]), plain[mask].mean(), rtol=1e-4)

@@ -161,6 +161,24 @@ def test_edge_cases_groups_of_one_zero_variance_zero_rewards_masked_rows():
     assert a[3].tolist() == [0.0, 0.0]
 
 
+@settings(max_examples=30, deadline=None)
+@given(value=st.floats(-5, 5, width=32), n=st.integers(2, 300))
+def test_equal_returns_give_exactly_zero_advantage(value, n):
+    """A batch (or group) of equal returns has no signal: every estimator gives exactly 0, not the rounding of a
+    single-pass float32 mean divided by (0 + eps) (ReBN gave -0.056 on 100 x 0.3)."""
+    r = np.full((n, 1), value, np.float32)
+    m = np.ones((n, 1), bool)
+    groups = np.arange(n, dtype=np.int32) // 2 if n % 2 == 0 else np.zeros(n, np.int32)
+    for name in ("rebn", "reinforce_pp", "grpo", "drgrpo", "rloo"):
+        a = np.asarray(jitted[name](r, m, group_ids=groups, gamma=1.0).advantages)
+        np.testing.assert_array_equal(a, 0.0, err_msg=f"{name} with {n} x {value}")
+
+
+def test_equal_returns_zero_advantage_the_issue_case():
+    a = compute_advantages("rebn", jnp.full((100, 1), 0.3), jnp.ones((100, 1), bool)).advantages
+    np.testing.assert_array_equal(np.asarray(a), 0.0)
+
+
 def test_registry_names_and_errors():
     assert set(ADVANTAGES) == {"reinforce", "rebn", "grpo", "drgrpo", "rloo", "reinforce_pp", "gae"}
     with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'.*choose one of"):

@@ -39,6 +39,11 @@ def game_name(env_id: str) -> str:
     return env_id.removeprefix("game:").split("-v0")[0]
 
 
+def has_solver(env_id: str) -> bool:
+    """Whether `env_id` is a game with a scripted reference solver (what a warm start plays)."""
+    return env_id.startswith("game:") and game_name(env_id) in _MODULES
+
+
 def solver_for(env_id: str) -> Solver:
     name = game_name(env_id)
     if name not in _MODULES:
