@@ -47,6 +47,8 @@ def start_server(port: int) -> subprocess.Popen:
         TOKEN,
         "--max-envs",
         "100000",
+        "--allow-kwarg",
+        "max_turns",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(300):

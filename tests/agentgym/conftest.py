@@ -42,6 +42,8 @@ class Server:
             str(self.port),
             "--token",
             TOKEN,
+            "--allow-kwarg",
+            "length",
             *extra,
         ]
         env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}

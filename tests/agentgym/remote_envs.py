@@ -36,5 +36,19 @@ class CountEnv(Env):
                 f.write("closed\n")
 
 
+class OpensFileEnv(CountEnv):
+    """Reads `path` when made (an OSError for a missing file, another for a directory); `boom` raises."""
+
+    def __init__(self, path: str | None = None, boom: bool = False, seed: int | None = None) -> None:
+        super().__init__(seed=seed)
+        if boom:
+            raise RuntimeError("constructor bug")
+        if path is not None:
+            with open(path) as f:
+                f.read()
+
+
 if "test:Count-v0" not in list_envs():
     register("test:Count-v0", "tests.agentgym.remote_envs:CountEnv")
+if "test:Opens-v0" not in list_envs():
+    register("test:Opens-v0", "tests.agentgym.remote_envs:OpensFileEnv")

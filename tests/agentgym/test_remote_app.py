@@ -18,7 +18,11 @@ H = {"Authorization": "Bearer tok"}
 
 @pytest.fixture
 def client():
-    app = create_app(ServeConfig(envs=("test:Count",), token="tok", max_body_bytes=4096, max_batch=64))
+    app = create_app(
+        ServeConfig(
+            envs=("test:Count",), token="tok", max_body_bytes=4096, max_batch=64, allow_kwargs=("length", "lenght")
+        )
+    )
     with TestClient(app) as c:
         yield c
 

@@ -118,7 +118,7 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
     from fastapi.responses import JSONResponse, PlainTextResponse
     from pydantic import BaseModel, ConfigDict, Field
 
-    svc = service or EnvService(config)
+    svc = service if service is not None else EnvService(config)  # an empty service is falsy (__len__)
 
     class _Body(BaseModel):
         model_config = ConfigDict(extra="ignore")  # AgentGym clients send extra fields; ignore them
@@ -184,6 +184,12 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # Never a plain-text 500: clients parse every answer as JSON.
+        log.exception("unhandled error on %s", request.url.path)
+        return JSONResponse({"detail": f"internal server error: {type(exc).__name__}; see the server log"}, 500)
 
     @app.middleware("http")
     async def _instance_header(request: Request, call_next: Any) -> Any:
@@ -326,6 +332,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="MODULE",
         help="import MODULE first (repeatable), e.g. one that registers your own env ids",
     )
+    p.add_argument(
+        "--allow-kwarg",
+        dest="allow_kwargs",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="env kwarg clients may pass in env_kwargs (repeatable; '*' any name); others answer 403",
+    )
+    p.add_argument(
+        "--data-root",
+        dest="data_roots",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="directory data paths in env_kwargs may name (repeatable); without one, no path is accepted",
+    )
+    p.add_argument(
+        "--allow-url",
+        dest="allow_urls",
+        action="append",
+        default=[],
+        metavar="PREFIX",
+        help="URL prefix env_kwargs may name, e.g. http://search:8000/ (repeatable); without one, no URL",
+    )
     p.add_argument("--log-level", default="warning")
     return p.parse_args(argv)
 
@@ -362,6 +392,9 @@ def main(argv: list[str] | None = None) -> None:
         max_envs=args.max_envs,
         max_body_bytes=args.max_body_bytes,
         idle_timeout_s=args.idle_timeout,
+        allow_kwargs=tuple(args.allow_kwargs),
+        data_roots=tuple(args.data_roots),
+        allow_urls=tuple(args.allow_urls),
     )
     try:
         app = create_app(config)

@@ -14,12 +14,17 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from jgem.envs.remote.policy import KwargPolicy, KwargRefused
 from jgem.envs.remote.protocol import DEFAULT_MAX_BODY_BYTES, step_payload
 
 
 @dataclass(frozen=True)
 class ServeConfig:
-    """What a server serves and its limits. `envs` holds env ids or id prefixes (e.g. "agentgym:BabyAI")."""
+    """What a server serves and its limits. `envs` holds env ids or id prefixes (e.g. "agentgym:BabyAI").
+
+    `allow_kwargs` names the env kwargs clients may pass (none by default; `"*"` any), `data_roots` the
+    directories a data path among them may name, `allow_urls` the prefixes a URL among them may start with
+    (see `jgem.envs.remote.policy`)."""
 
     envs: tuple[str, ...]
     token: str | None = None
@@ -29,6 +34,9 @@ class ServeConfig:
     idle_timeout_s: float = 900.0
     reap_interval_s: float = 30.0
     max_snapshots: int = 4096
+    allow_kwargs: tuple[str, ...] = ()
+    data_roots: tuple[str, ...] = ()
+    allow_urls: tuple[str, ...] = ()
 
 
 class ServiceError(Exception):
@@ -72,6 +80,7 @@ class EnvService:
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.env_ids = resolve_env_ids(config.envs)
+        self.policy = KwargPolicy(config.allow_kwargs, config.data_roots, config.allow_urls)
         self.instance = uuid.uuid4().hex  # clients see a new value after a restart
         self.started = time.time()
         self._slots: dict[int, _Slot] = {}
@@ -114,7 +123,16 @@ class EnvService:
                     "(POST /close) or start the server with a larger --max-envs",
                 )
         try:
+            self.policy.check(env_kwargs)
+        except KwargRefused as e:
+            raise ServiceError(403, str(e)) from e
+        try:
             env = make(env_id, **(env_kwargs or {}))
+        except OSError as e:
+            # One message for missing, unreadable and existing-but-wrong files: no probing the server's disk.
+            raise ServiceError(
+                400, f"cannot make {env_id!r} with kwargs {env_kwargs!r}: a file or resource it names cannot be used"
+            ) from e
         except (TypeError, ValueError, KeyError) as e:
             raise ServiceError(400, f"cannot make {env_id!r} with kwargs {env_kwargs!r}: {e}") from e
         with self._lock:
@@ -180,6 +198,8 @@ class EnvService:
         )
 
     def reset(self, idx: int, seed: int | None = None) -> dict:
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ServiceError(400, f"seed {seed!r} is not a non-negative integer; pass a seed >= 0 or none")
         slot = self._slot(idx)
         with slot.lock:
             try:
@@ -258,7 +278,10 @@ class EnvService:
         if env_id != slot.env_id:
             raise ServiceError(400, f"snapshot {key!r} is of {env_id!r}, env {idx} is {slot.env_id!r}")
         with slot.lock:
-            slot.env.set_state(state)
+            try:
+                slot.env.set_state(state)
+            except Exception as e:
+                raise self._fault(slot, idx, "restore", e) from e
             slot.seq, slot.score, slot.last_obs, slot.needs_reset = 0, score, last_obs, needs_reset
             slot.last_result = None
 
