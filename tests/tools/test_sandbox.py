@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +35,7 @@ def _uid_processes(uid: int) -> list[int]:
 def test_runs_code_with_stdin_and_reports_isolation(sandbox):
     res = sandbox.run("import sys\nprint('got', sys.stdin.read().strip())", stdin="42\n")
     assert res.ok and res.stdout == "got 42\n"
-    assert set(sandbox.isolation) == {"network", "filesystem", "uid"}
+    assert set(sandbox.isolation) == {"network", "filesystem", "uid", "processes"}
 
 
 def test_error_is_reported_with_traceback(sandbox):
@@ -197,3 +203,72 @@ def test_forked_child_gets_its_own_sandbox(sandbox):
     assert os.read(r, 100) == b"7\n"
     os.close(r)
     assert sandbox.run("print(8)").stdout == "8\n"  # the parent's pool is intact
+
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_root = pytest.mark.skipif(os.getuid() != 0, reason="mount namespaces and a private /proc need root")
+
+
+@needs_root
+def test_other_processes_command_lines_are_hidden(sandbox):
+    secret = "S3CRET-" + os.urandom(4).hex()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--token", secret])
+    try:
+        code = (
+            "import os\n"
+            f"print(os.getpid() > 0, os.path.exists('/proc/{proc.pid}'))\n"
+            "seen = []\n"
+            "for d in os.listdir('/proc'):\n"
+            "    try:\n"
+            "        seen.append(open(f'/proc/{d}/cmdline', 'rb').read())\n"
+            "    except OSError:\n"
+            "        pass\n"
+            f"print(any(b'{secret}' in c for c in seen), len(seen))\n"
+        )
+        res = sandbox.run(code)
+        assert res.ok, res.message()
+        assert res.stdout.split("\n")[0] == "True False"
+        found, count = res.stdout.split("\n")[1].split()
+        assert found == "False" and int(count) >= 1  # its own processes are still there
+        assert sandbox.isolation["processes"].startswith("only its own")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("true") is None, reason="needs a POSIX userland")
+def test_a_venv_under_tmp_stays_importable():
+    """The venv's site-packages is bound back read-only over the fresh /tmp (it used to vanish)."""
+    base = tempfile.mkdtemp(dir="/tmp", prefix="jgem-venv-test-")
+    try:
+        venv = Path(base) / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        site = next(venv.glob("lib/python*/site-packages"))
+        (site / "jgem_probe_mod.py").write_text("VALUE = 42\n")
+        host_site = next(p for p in sys.path if p.endswith("site-packages") and os.path.isdir(p))
+        (site / "host.pth").write_text(host_site + "\n")  # jgem's own dependencies, for the driver below
+        driver = (
+            "import json\n"
+            "from jgem.envs.tools.sandbox import Sandbox, SandboxConfig\n"
+            "sb = Sandbox(SandboxConfig(timeout=5.0), workers=1)\n"
+            "r = sb.run('import jgem_probe_mod, sys; print(jgem_probe_mod.VALUE, sys.prefix)')\n"
+            "w = sb.run('import jgem_probe_mod; open(jgem_probe_mod.__file__, \"a\")')\n"
+            "print(json.dumps([r.stdout, r.stderr[-500:], w.stderr[-500:], sb.isolation['filesystem']]))\n"
+            "sb.close()\n"
+        )
+        out = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", driver],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        stdout, stderr, write_err, filesystem = json.loads(out.stdout)
+        assert filesystem.startswith("read-only"), filesystem  # the venv did not cost the isolation
+        assert stdout == f"42 {venv}\n", stderr
+        assert "Read-only file system" in write_err or "Permission denied" in write_err, write_err
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -2,7 +2,8 @@
 
 Started by `jgem.envs.tools.sandbox` as `python -I -B <this file> <config json>` with a scrubbed
 environment. Once at start it isolates itself (new network and mount namespaces where the kernel
-allows: read-only filesystem, private tmpfs on /tmp and /dev/shm) and reports what is in effect.
+allows: read-only filesystem, private tmpfs on /tmp and /dev/shm with the interpreter's own dirs there
+bound back read-only, a private /proc with hidepid) and reports what is in effect.
 Per job it forks a child that drops to an unprivileged uid of its own, sets resource limits, runs
 the code in a fresh temporary directory and exits; the worker enforces the wall timeout, truncates
 output, kills every leftover process of that uid and removes the directory. Nothing the code does
@@ -27,7 +28,9 @@ import traceback
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+TMP_DIRS = ("/tmp", "/dev/shm")  # covered by a fresh tmpfs
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 MNT_DETACH = 2
 
@@ -41,7 +44,12 @@ def _call(fn, *args):
 
 def _isolate(cfg):
     """Isolate this worker once; returns a dict describing what is in effect."""
-    iso = {"network": "host (not isolated)", "filesystem": "host", "uid": "same as host"}
+    iso = {
+        "network": "host (not isolated)",
+        "filesystem": "host",
+        "uid": "same as host",
+        "processes": "all visible in /proc (not isolated: a private /proc needs root)",
+    }
     if cfg["isolate_network"]:
         try:
             _call(_libc.unshare, CLONE_NEWNET)
@@ -51,12 +59,17 @@ def _isolate(cfg):
     try:
         _call(_libc.unshare, CLONE_NEWNS)
         _call(_libc.mount, b"none", b"/", None, MS_REC | MS_PRIVATE, None)
+        # An interpreter or venv under /tmp or /dev/shm would vanish under the fresh tmpfs: keep a handle on
+        # the host directory and bind those paths back (read-only) after every tmpfs mount.
+        cfg["tmp_binds"] = _tmp_binds(cfg["expose"])
         opts = f"size={cfg['tmpfs_mb']}m,mode=1777".encode()
         for p in (b"/tmp", b"/dev/shm"):
             if os.path.isdir(p):
                 _call(_libc.mount, b"tmpfs", p, b"tmpfs", 0, opts)
+        _bind_back(cfg["tmp_binds"])
         if os.getuid() == 0:
-            _expose(cfg["expose"])
+            _expose([p for p in cfg["expose"] if not _in_tmp(os.path.realpath(p))])
+            iso["processes"] = _hide_pids()
         with open("/proc/self/mountinfo") as f:
             points = [line.split()[4] for line in f]
         for p in points:  # read-only everywhere; device files (/dev/null) stay usable on a ro mount
@@ -69,6 +82,42 @@ def _isolate(cfg):
     iso["uid"] = f"unprivileged uid {cfg['uid']}" if os.getuid() == 0 else f"host uid {os.getuid()} (not root)"
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of the code come back to us to reap
     return iso
+
+
+def _hide_pids():
+    """A private /proc where the unprivileged uid sees only its own processes (no other command lines)."""
+    for opt in (b"hidepid=invisible", b"hidepid=2"):  # the first name needs Linux 5.8
+        if _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, opt) == 0:
+            return f"only its own (private /proc, {opt.decode()})"
+    e = ctypes.get_errno()
+    return f"all visible in /proc (not isolated: mounting a private /proc failed: {os.strerror(e)})"
+
+
+def _in_tmp(path):
+    return any(path == d or path.startswith(d + "/") for d in TMP_DIRS)
+
+
+def _tmp_binds(paths):
+    """(fd of the host dir, path relative to it, path) for each of `paths` under /tmp or /dev/shm."""
+    paths = sorted({os.path.realpath(p) for p in paths if os.path.isdir(p)})
+    paths = [p for p in paths if _in_tmp(p) and not any(p != q and p.startswith(q + "/") for q in paths)]
+    fds, binds = {}, []
+    for p in paths:
+        top = next(d for d in TMP_DIRS if p == d or p.startswith(d + "/"))
+        if p == top:
+            continue  # the whole /tmp cannot be exposed: that is what the tmpfs hides
+        if top not in fds:
+            fds[top] = os.open(top, os.O_PATH | os.O_DIRECTORY)
+        binds.append((fds[top], os.path.relpath(p, top), p))
+    return binds
+
+
+def _bind_back(binds):
+    """Bind each path of `_tmp_binds` from the host directory into the tmpfs now covering it, read-only."""
+    for fd, rel, path in binds:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _call(_libc.mount, f"/proc/self/fd/{fd}/{rel}".encode(), path.encode(), None, MS_BIND | MS_REC, None)
+        _call(_libc.mount, b"none", path.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
 
 
 def _closed_ancestor(path):
@@ -235,6 +284,7 @@ def _mount_tmp(cfg):
     for p in (b"/tmp", b"/dev/shm"):
         if os.path.isdir(p):
             _call(_libc.mount, b"tmpfs", p, b"tmpfs", 0, opts)
+    _bind_back(cfg.get("tmp_binds", ()))
 
 
 def _umount_tmp():
