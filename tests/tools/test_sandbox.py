@@ -76,6 +76,27 @@ def test_memory_bomb_is_contained(sandbox):
     assert sandbox.run("print('alive')").ok
 
 
+def test_memory_is_bounded_over_the_whole_run():
+    """Four processes of 100 MiB each stay under a 192 MiB per-process limit but not under the run's."""
+    code = (
+        "import os, time\n"
+        "for _ in range(3):\n"
+        "    if os.fork() == 0:\n"
+        "        break\n"
+        "block = b'x' * (100 * 2**20)\n"  # written, so resident
+        "time.sleep(4)\n"
+        "print('survived')\n"
+    )
+    with Sandbox(SandboxConfig(timeout=8.0, memory_mb=192)) as sb:
+        start = time.monotonic()
+        res = sb.run(code)
+        assert res.status == "memory_limit", res
+        assert "survived" not in res.stdout and time.monotonic() - start < 4
+        assert "memory limit of 192 MiB" in res.message()
+        assert _uid_processes(sb._idle.queue[0].uid) == []  # every process of the run is gone
+        assert sb.run("block = b'x' * (100 * 2**20); print('one is fine')").stdout == "one is fine\n"
+
+
 def test_fork_bomb_is_contained_and_cleaned_up(sandbox):
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     res = sandbox.run(code, timeout=1.0)

@@ -31,6 +31,8 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 TMP_DIRS = ("/tmp", "/dev/shm")  # covered by a fresh tmpfs
+MEMORY_POLL_S = 0.05  # how often the run's total memory is measured
+PAGE = os.sysconf("SC_PAGE_SIZE")
 PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 38, 36
 MNT_DETACH = 2
 
@@ -242,6 +244,46 @@ def _kill_uid(uid):
     os.waitpid(pid, 0)
 
 
+def _job_pids(uid):
+    """The job's processes: those of its uid (root), else the worker's descendants."""
+    me, pids, parents = os.getpid(), [], {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or d == str(me):
+            continue
+        try:
+            if os.getuid() == 0:
+                if os.stat(f"/proc/{d}").st_uid == uid:
+                    pids.append(d)
+                continue
+            with open(f"/proc/{d}/stat") as f:
+                parents[d] = f.read().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            pass
+    if os.getuid() != 0:
+        frontier = {str(me)}
+        while frontier:
+            frontier = {d for d, ppid in parents.items() if ppid in frontier}
+            pids.extend(frontier)
+    return pids
+
+
+def _run_memory(uid):
+    """Bytes the job's processes use together: proportional set size (shared pages split between
+    sharers, so forked interpreters are not counted many times), or resident size without smaps."""
+    total = 0
+    for d in _job_pids(uid):
+        try:
+            with open(f"/proc/{d}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) << 10 for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration, ValueError):
+            try:
+                with open(f"/proc/{d}/statm") as f:
+                    total += int(f.read().split()[1]) * PAGE
+            except (OSError, IndexError, ValueError):
+                pass
+    return total
+
+
 def _drain(fd, bufs, sel, limit):
     while True:
         try:
@@ -329,13 +371,20 @@ def _run_job(cfg, job, root):
     pidfd = os.pidfd_open(pid)  # readable when the child exits, even if its orphans hold the pipes
     sel.register(pidfd, selectors.EVENT_READ)
     deadline = start + job["timeout"]
-    timed_out = over = exited = False
+    timed_out = over = exited = over_memory = False
+    next_memory_check = start + MEMORY_POLL_S
     while not exited and len(sel.get_map()) > 1:
-        left = deadline - time.monotonic()
+        now = time.monotonic()
+        left = deadline - now
         if left <= 0:
             timed_out = True
             break
-        for key, _ in sel.select(left):
+        if now >= next_memory_check:
+            next_memory_check = now + MEMORY_POLL_S
+            if _run_memory(cfg["uid"]) > cfg["memory_mb"] << 20:
+                over_memory = True  # the run's processes together are over the limit
+                break
+        for key, _ in sel.select(min(left, MEMORY_POLL_S)):
             if key.fd == pidfd:
                 exited = True
                 continue
@@ -347,9 +396,11 @@ def _run_job(cfg, job, root):
         for fd in list(bufs):
             if fd in sel.get_map():
                 _drain(fd, bufs, sel, limit)
-    if timed_out or over:
+    if timed_out or over or over_memory:
         with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
+        if over_memory:
+            _kill_uid(cfg["uid"])  # processes that left the group too
     # Bounded: the child has exited or was just killed.
     _, status, usage = os.wait4(pid, 0)
     wall = time.monotonic() - start
@@ -370,7 +421,7 @@ def _run_job(cfg, job, root):
         state = "output_limit"
     elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and usage.ru_utime + usage.ru_stime >= job["cpu_time"]):
         state = "cpu_limit"
-    elif b"MemoryError" in stderr[-2000:]:
+    elif over_memory or b"MemoryError" in stderr[-2000:]:
         state = "memory_limit"
     elif sig:
         state = "killed"

@@ -1,8 +1,9 @@
 """Process sandbox for untrusted Python: a pool of pre-started workers, one fresh child per execution.
 
 Isolation (see `_sandbox_worker.py` for how, and `Sandbox.isolation` for what is in effect here):
-a private network namespace (no network), a read-only filesystem with private tmpfs /tmp, an
-unprivileged uid per worker, RLIMIT_CPU/AS/FSIZE/NPROC, a wall timeout honoured as configured, a
+a private network namespace (no network), a read-only filesystem with private tmpfs /tmp, a private
+/proc showing only the code's own processes, an unprivileged uid per worker, RLIMIT_CPU/AS/FSIZE/NPROC,
+`memory_mb` over all of a run's processes together (polled), a wall timeout honoured as configured, a
 temporary working directory removed afterwards, a scrubbed environment and truncated output.
 Where the kernel or the user does not allow a layer, start-up says so (a warning) and the rest holds.
 """
