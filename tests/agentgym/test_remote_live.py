@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import time
 
 import httpx
@@ -195,3 +196,37 @@ def test_env_pool_remote_backend_survives_a_killed_server(start_server):
             assert [o.split("|")[:2] for o in out.obs] == [["y", str(t)]] * 2 and not out.truncated.any()
     finally:
         pool.close()
+
+
+def _half_sent_headers(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"POST /create HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ")  # never finished
+    return s
+
+
+def test_half_sent_headers_are_dropped_after_the_header_timeout(start_server):
+    server = start_server(None, "--timeout-headers", "1")
+    s = _half_sent_headers(server.port)
+    try:
+        start = time.monotonic()
+        assert s.recv(1024) == b""  # the server closed it
+        assert time.monotonic() - start < 5
+    finally:
+        s.close()
+    with httpx.Client(base_url=server.url, timeout=5) as h:  # a whole request is unaffected
+        assert h.get("/health").status_code == 200
+
+
+def test_the_connection_cap_holds(start_server):
+    server = start_server(None, "--limit-concurrency", "3")
+    held = [_half_sent_headers(server.port) for _ in range(3)]
+    try:
+        time.sleep(0.5)
+        with httpx.Client(base_url=server.url, timeout=5) as h:
+            assert h.get("/health").status_code == 503
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.5)
+    with httpx.Client(base_url=server.url, timeout=5) as h:
+        assert h.get("/health").status_code == 200

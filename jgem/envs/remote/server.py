@@ -318,6 +318,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--timeout-keep-alive", type=float, default=5.0, help="seconds an idle connection is kept open (uvicorn)"
     )
+    p.add_argument(
+        "--timeout-headers",
+        type=float,
+        default=10.0,
+        help="seconds a client may take to send a request's headers; slower connections are closed",
+    )
     p.add_argument("--no-token", action="store_true", help="allow serving a non-loopback host without a token")
     p.add_argument("--max-envs", type=int, default=4096)
     p.add_argument("--max-body-bytes", type=int, default=ServeConfig.max_body_bytes)
@@ -400,8 +406,11 @@ def main(argv: list[str] | None = None) -> None:
         app = create_app(config)
     except ValueError as e:
         sys.exit(str(e))
+    from jgem.envs.remote.header_timeout import with_header_timeout
+
     uvicorn.run(
         app,
+        http=with_header_timeout(args.timeout_headers),
         host=args.host,
         port=args.port,
         log_level=args.log_level,
