@@ -332,3 +332,38 @@ def test_a_venv_under_tmp_stays_importable():
         assert "Read-only file system" in write_err or "Permission denied" in write_err, write_err
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_memory_cgroup_parent_is_found_on_v2_v1_and_hybrid_hosts(tmp_path):
+    """Which hierarchy and directory the run cgroups go under, from /proc/self/{cgroup,mountinfo}."""
+    from jgem.envs.tools import _sandbox_worker as w
+
+    unified, v1 = tmp_path / "unified", tmp_path / "memory"
+    (unified / "user.slice" / "svc").mkdir(parents=True)
+    (v1 / "docker" / "abc").mkdir(parents=True)
+    mountinfo = (
+        f"30 25 0:26 / {unified} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+        f"35 25 0:32 /docker {v1} rw,relatime - cgroup cgroup rw,memory\n"
+        "36 25 0:33 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    )
+    v2_only = "0::/user.slice/svc\n"
+    hybrid = "4:memory:/docker/abc\n1:cpu:/\n0::/user.slice/svc\n"
+    (unified / "cgroup.controllers").write_text("cpu io memory pids\n")
+    assert w._cgroup_parent("auto", v2_only, mountinfo) == (2, str(unified / "user.slice" / "svc"))
+    assert w._cgroup_parent("auto", "0::/\n", mountinfo) == (2, str(unified))  # a container's own root
+    (unified / "cgroup.controllers").write_text("\n")  # hybrid: memory is on the v1 hierarchy
+    assert w._cgroup_parent("auto", hybrid, mountinfo) == (1, str(v1 / "abc"))  # mount root /docker
+    with pytest.raises(OSError, match="no cgroup memory controller"):
+        w._cgroup_parent("auto", v2_only, mountinfo)
+    (tmp_path / "given").mkdir()
+    (tmp_path / "given" / "cgroup.subtree_control").write_text("memory\n")
+    assert w._cgroup_parent(str(tmp_path / "given")) == (2, str(tmp_path / "given"))
+    with pytest.raises(OSError, match="not a cgroup"):
+        w._cgroup_parent(str(tmp_path))
+
+
+def test_polled_fallback_says_why(monkeypatch):
+    monkeypatch.setenv("JGEM_SANDBOX_CGROUP", "off")
+    with Sandbox(SandboxConfig(timeout=2.0)) as sb:
+        assert sb.isolation["memory"].startswith("polled") and "JGEM_SANDBOX_CGROUP=off" in sb.isolation["memory"]
+        assert sb.run("print(1)").stdout == "1\n"

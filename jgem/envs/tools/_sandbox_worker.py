@@ -290,30 +290,35 @@ def _run_memory(uid):
 CGROUP_PREFIX = "jgem-run-"
 
 
-def _mounts():
-    """(mount root, mount point, fstype, super options) of each mount, from /proc/self/mountinfo."""
+def _mounts(mountinfo):
+    """(mount root, mount point, fstype, super options) of each mount in /proc/self/mountinfo's text."""
     out = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            left, _, right = line.partition(" - ")
-            a, b = left.split(), right.split()
-            if len(a) >= 5 and len(b) >= 3:
-                out.append((a[3], a[4], b[0], b[2].split(",")))
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        a, b = left.split(), right.split()
+        if len(a) >= 5 and len(b) >= 3:
+            out.append((a[3], a[4], b[0], b[2].split(",")))
     return out
 
 
-def _cgroup_parent(setting):
+def _cgroup_parent(setting, proc_cgroup=None, mountinfo=None):
     """(version, directory) where the run's cgroups are made: `setting` if it is a path, else the
-    worker's own memory cgroup (v2 where the unified hierarchy has the memory controller, else v1)."""
+    worker's own memory cgroup (v2 where the unified hierarchy has the memory controller, else v1).
+    `proc_cgroup` and `mountinfo`: the texts of /proc/self/cgroup and /proc/self/mountinfo (tests)."""
     if setting not in ("", "auto"):
         if os.path.exists(os.path.join(setting, "cgroup.subtree_control")):
             return 2, setting
         if os.path.exists(os.path.join(setting, "memory.limit_in_bytes")):
             return 1, setting
         raise OSError(f"{setting} is not a cgroup v2 directory or a cgroup v1 memory directory")
-    with open("/proc/self/cgroup") as f:
-        own = [line.rstrip("\n").split(":", 2) for line in f]
-    mounts = _mounts()
+    if proc_cgroup is None:
+        with open("/proc/self/cgroup") as f:
+            proc_cgroup = f.read()
+    if mountinfo is None:
+        with open("/proc/self/mountinfo") as f:
+            mountinfo = f.read()
+    own = [line.split(":", 2) for line in proc_cgroup.splitlines() if line.count(":") >= 2]
+    mounts = _mounts(mountinfo)
     for version, fstype, ctrl in ((2, "cgroup2", ""), (1, "cgroup", "memory")):
         path = next((p for _, c, p in own if (c == "" if version == 2 else ctrl in c.split(","))), None)
         mount = next((m for m in mounts if m[2] == fstype and (version == 2 or ctrl in m[3])), None)
