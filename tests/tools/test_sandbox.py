@@ -35,7 +35,8 @@ def _uid_processes(uid: int) -> list[int]:
 def test_runs_code_with_stdin_and_reports_isolation(sandbox):
     res = sandbox.run("import sys\nprint('got', sys.stdin.read().strip())", stdin="42\n")
     assert res.ok and res.stdout == "got 42\n"
-    assert set(sandbox.isolation) == {"network", "filesystem", "uid", "processes"}
+    assert set(sandbox.isolation) == {"network", "filesystem", "uid", "processes", "memory"}
+    assert sandbox.isolation["memory"].startswith(("cgroup v2", "cgroup v1", "polled"))
 
 
 def test_error_is_reported_with_traceback(sandbox):
@@ -76,8 +77,11 @@ def test_memory_bomb_is_contained(sandbox):
     assert sandbox.run("print('alive')").ok
 
 
-def test_memory_is_bounded_over_the_whole_run():
-    """Four processes of 100 MiB each stay under a 192 MiB per-process limit but not under the run's."""
+@pytest.mark.parametrize("mechanism", ["auto", "off"])
+def test_memory_is_bounded_over_the_whole_run(mechanism, monkeypatch):
+    """Four processes of 100 MiB each stay under a 192 MiB per-process limit but not under the run's:
+    with a cgroup where one can be made (auto), and with the polled fallback (JGEM_SANDBOX_CGROUP=off)."""
+    monkeypatch.setenv("JGEM_SANDBOX_CGROUP", mechanism)
     code = (
         "import os, time\n"
         "for _ in range(3):\n"
@@ -88,6 +92,8 @@ def test_memory_is_bounded_over_the_whole_run():
         "print('survived')\n"
     )
     with Sandbox(SandboxConfig(timeout=8.0, memory_mb=192)) as sb:
+        if mechanism == "off":
+            assert sb.isolation["memory"].startswith("polled"), sb.isolation["memory"]
         start = time.monotonic()
         res = sb.run(code)
         assert res.status == "memory_limit", res
@@ -95,6 +101,39 @@ def test_memory_is_bounded_over_the_whole_run():
         assert "memory limit of 192 MiB" in res.message()
         assert _uid_processes(sb._idle.queue[0].uid) == []  # every process of the run is gone
         assert sb.run("block = b'x' * (100 * 2**20); print('one is fine')").stdout == "one is fine\n"
+
+
+def test_memory_cgroup_per_run_is_used_and_removed(monkeypatch):
+    """Where a memory cgroup can be made, each run is in a fresh one limited to memory_mb, gone afterwards."""
+    monkeypatch.delenv("JGEM_SANDBOX_CGROUP", raising=False)
+    with Sandbox(SandboxConfig(timeout=5.0, memory_mb=160)) as sb:
+        mechanism = sb.isolation["memory"]
+        if not mechanism.startswith("cgroup"):
+            pytest.skip(f"no memory cgroup on this host: {mechanism}")
+        parent = mechanism.split(" under ", 1)[1].split(", ", 1)[0]
+        assert os.path.isdir(parent), mechanism
+        v2 = mechanism.startswith("cgroup v2")
+        limit = "memory.max" if v2 else "memory.limit_in_bytes"
+        mine = "n == '0'" if v2 else "'memory' in ctrl.split(',')"
+        code = (  # the run finds its own cgroup and reads its limit
+            "for line in open('/proc/self/cgroup').read().splitlines():\n"
+            "    n, ctrl, path = line.split(':', 2)\n"
+            f"    if {mine}:\n"
+            "        name = path.rsplit('/', 1)[1]\n"
+            f"        print(name, open({parent!r} + '/' + name + '/{limit}').read().strip())\n"
+        )
+        names = []
+        for _ in range(2):
+            res = sb.run(code)
+            assert res.ok, res.message()
+            name, value = res.stdout.split()
+            assert name.startswith("jgem-run-") and value == str(160 << 20), res.stdout  # limited to memory_mb
+            names.append(name)
+        assert names[0] != names[1]  # a fresh one per run
+        assert not [n for n in names if os.path.exists(os.path.join(parent, n))]  # removed after each run
+        res = sb.run("import time\ntime.sleep(30)", timeout=0.3)  # a killed run's cgroup goes too
+        assert res.status == "timeout"
+        assert not [n for n in os.listdir(parent) if n.startswith(f"jgem-run-{sb._idle.queue[0].proc.pid}-")]
 
 
 def test_fork_bomb_is_contained_and_cleaned_up(sandbox):
@@ -293,3 +332,38 @@ def test_a_venv_under_tmp_stays_importable():
         assert "Read-only file system" in write_err or "Permission denied" in write_err, write_err
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_memory_cgroup_parent_is_found_on_v2_v1_and_hybrid_hosts(tmp_path):
+    """Which hierarchy and directory the run cgroups go under, from /proc/self/{cgroup,mountinfo}."""
+    from jgem.envs.tools import _sandbox_worker as w
+
+    unified, v1 = tmp_path / "unified", tmp_path / "memory"
+    (unified / "user.slice" / "svc").mkdir(parents=True)
+    (v1 / "docker" / "abc").mkdir(parents=True)
+    mountinfo = (
+        f"30 25 0:26 / {unified} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+        f"35 25 0:32 /docker {v1} rw,relatime - cgroup cgroup rw,memory\n"
+        "36 25 0:33 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    )
+    v2_only = "0::/user.slice/svc\n"
+    hybrid = "4:memory:/docker/abc\n1:cpu:/\n0::/user.slice/svc\n"
+    (unified / "cgroup.controllers").write_text("cpu io memory pids\n")
+    assert w._cgroup_parent("auto", v2_only, mountinfo) == (2, str(unified / "user.slice" / "svc"))
+    assert w._cgroup_parent("auto", "0::/\n", mountinfo) == (2, str(unified))  # a container's own root
+    (unified / "cgroup.controllers").write_text("\n")  # hybrid: memory is on the v1 hierarchy
+    assert w._cgroup_parent("auto", hybrid, mountinfo) == (1, str(v1 / "abc"))  # mount root /docker
+    with pytest.raises(OSError, match="no cgroup memory controller"):
+        w._cgroup_parent("auto", v2_only, mountinfo)
+    (tmp_path / "given").mkdir()
+    (tmp_path / "given" / "cgroup.subtree_control").write_text("memory\n")
+    assert w._cgroup_parent(str(tmp_path / "given")) == (2, str(tmp_path / "given"))
+    with pytest.raises(OSError, match="not a cgroup"):
+        w._cgroup_parent(str(tmp_path))
+
+
+def test_polled_fallback_says_why(monkeypatch):
+    monkeypatch.setenv("JGEM_SANDBOX_CGROUP", "off")
+    with Sandbox(SandboxConfig(timeout=2.0)) as sb:
+        assert sb.isolation["memory"].startswith("polled") and "JGEM_SANDBOX_CGROUP=off" in sb.isolation["memory"]
+        assert sb.run("print(1)").stdout == "1\n"

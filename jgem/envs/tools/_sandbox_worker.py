@@ -160,10 +160,12 @@ def _expose(paths):
             os.rmdir(stage)
 
 
-def _child(cfg, job, workdir, out_w, err_w, stdin_fd):
-    """In the forked child: limits, identity, fds, then run the code. Never returns."""
+def _child(cfg, job, workdir, out_w, err_w, stdin_fd, cg_procs=None):
+    """In the forked child: cgroup, limits, identity, fds, then run the code. Never returns."""
     try:
         os.setsid()
+        if cg_procs is not None:  # into the run's memory cgroup before anything else: all it forks follows
+            os.write(cg_procs, str(os.getpid()).encode())
         os.dup2(stdin_fd, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
@@ -284,6 +286,189 @@ def _run_memory(uid):
     return total
 
 
+# --- memory cgroup per run -------------------------------------------------------------------------
+CGROUP_PREFIX = "jgem-run-"
+
+
+def _mounts(mountinfo):
+    """(mount root, mount point, fstype, super options) of each mount in /proc/self/mountinfo's text."""
+    out = []
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        a, b = left.split(), right.split()
+        if len(a) >= 5 and len(b) >= 3:
+            out.append((a[3], a[4], b[0], b[2].split(",")))
+    return out
+
+
+def _cgroup_parent(setting, proc_cgroup=None, mountinfo=None):
+    """(version, directory) where the run's cgroups are made: `setting` if it is a path, else the
+    worker's own memory cgroup (v2 where the unified hierarchy has the memory controller, else v1).
+    `proc_cgroup` and `mountinfo`: the texts of /proc/self/cgroup and /proc/self/mountinfo (tests)."""
+    if setting not in ("", "auto"):
+        if os.path.exists(os.path.join(setting, "cgroup.subtree_control")):
+            return 2, setting
+        if os.path.exists(os.path.join(setting, "memory.limit_in_bytes")):
+            return 1, setting
+        raise OSError(f"{setting} is not a cgroup v2 directory or a cgroup v1 memory directory")
+    if proc_cgroup is None:
+        with open("/proc/self/cgroup") as f:
+            proc_cgroup = f.read()
+    if mountinfo is None:
+        with open("/proc/self/mountinfo") as f:
+            mountinfo = f.read()
+    own = [line.split(":", 2) for line in proc_cgroup.splitlines() if line.count(":") >= 2]
+    mounts = _mounts(mountinfo)
+    for version, fstype, ctrl in ((2, "cgroup2", ""), (1, "cgroup", "memory")):
+        path = next((p for _, c, p in own if (c == "" if version == 2 else ctrl in c.split(","))), None)
+        mount = next((m for m in mounts if m[2] == fstype and (version == 2 or ctrl in m[3])), None)
+        if path is None or mount is None:
+            continue
+        root, point = mount[0], mount[1]
+        rel = os.path.relpath(path, root) if path == root or path.startswith(root.rstrip("/") + "/") else "."
+        directory = os.path.normpath(os.path.join(point, rel))
+        if version == 2:
+            try:
+                with open(os.path.join(point, "cgroup.controllers")) as f:
+                    if "memory" not in f.read().split():
+                        continue  # a hybrid host: memory is on the v1 hierarchy
+            except OSError:
+                continue
+        return version, directory
+    raise OSError("no cgroup memory controller mounted")
+
+
+def _cg_write(cg, name, value):
+    fd = os.open(name, os.O_WRONLY, dir_fd=cg["fd"])
+    try:
+        os.write(fd, str(value).encode())
+    finally:
+        os.close(fd)
+
+
+def _cg_read(cg, name):
+    fd = os.open(name, os.O_RDONLY, dir_fd=cg["fd"])
+    try:
+        return os.read(fd, 65536).decode()
+    finally:
+        os.close(fd)
+
+
+def _cgroup_setup(cfg):
+    """Once, before the mount namespace (the cgroup files go read-only in it): a handle on a memory
+    cgroup under which a child per run can be made. Returns (handle or None, what limits the run)."""
+    polled = f"polled: Pss of all the run's processes summed every {int(MEMORY_POLL_S * 1000)} ms"
+    setting = cfg.get("cgroup", "auto")
+    if setting in ("off", "0", "no", "none", "polled"):
+        return None, f"{polled} (cgroup turned off by JGEM_SANDBOX_CGROUP={setting})"
+    try:
+        version, parent = _cgroup_parent(setting)
+        cg = {"version": version, "parent": parent, "fd": os.open(parent, os.O_RDONLY | os.O_DIRECTORY), "n": 0}
+        if version == 2:
+            with open(os.path.join(parent, "cgroup.subtree_control")) as f:
+                enabled = "memory" in f.read().split()
+            if not enabled:
+                try:
+                    _cg_write(cg, "cgroup.subtree_control", "+memory")
+                except OSError as e:
+                    os.close(cg["fd"])
+                    raise OSError(
+                        f"cannot enable memory in {parent}/cgroup.subtree_control ({e.strerror}); "
+                        "name an empty delegated cgroup with JGEM_SANDBOX_CGROUP=<dir>"
+                    ) from None
+        _cgroup_sweep(cg)
+        probe = _cgroup_make(cg, cfg["memory_mb"] << 20)  # can we make one, with a limit? then drop it
+        os.close(probe["procs"])
+        _cgroup_remove(cg, probe)
+    except OSError as e:
+        return None, f"{polled} (no cgroup: {e.strerror or e})"
+    return cg, f"cgroup v{version}: a memory cgroup per run under {parent}, removed after it"
+
+
+def _cgroup_sweep(cg):
+    """Remove run cgroups left by workers that died (their names carry the worker's pid)."""
+    for name in os.listdir(cg["parent"]):
+        if not name.startswith(CGROUP_PREFIX):
+            continue
+        try:
+            pid = int(name[len(CGROUP_PREFIX) :].split("-")[0])
+            if pid != os.getpid():
+                os.kill(pid, 0)
+                continue  # a live worker's
+        except (ValueError, PermissionError):
+            continue
+        except ProcessLookupError:
+            pass
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=cg["fd"])
+
+
+def _cgroup_make(cg, limit):
+    """A fresh child cgroup with `limit` bytes (swap off where the kernel accounts it) and an open
+    fd on its cgroup.procs, which the forked child writes its pid to."""
+    cg["n"] += 1
+    name = f"{CGROUP_PREFIX}{os.getpid()}-{cg['n']}"
+    os.mkdir(name, 0o755, dir_fd=cg["fd"])
+    run = {"name": name}
+    try:
+        if cg["version"] == 2:
+            _cg_write(cg, f"{name}/memory.max", limit)
+            for extra, value in (("memory.swap.max", 0), ("memory.oom.group", 1)):
+                with contextlib.suppress(FileNotFoundError):
+                    _cg_write(cg, f"{name}/{extra}", value)
+        else:
+            _cg_write(cg, f"{name}/memory.limit_in_bytes", limit)
+            with contextlib.suppress(FileNotFoundError):  # only with swap accounting (after the limit)
+                _cg_write(cg, f"{name}/memory.memsw.limit_in_bytes", limit)
+        run["procs"] = os.open(f"{name}/cgroup.procs", os.O_WRONLY, dir_fd=cg["fd"])
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=cg["fd"])
+        raise
+    return run
+
+
+def _cgroup_oom(cg, run):
+    """Whether the kernel's OOM killer killed a process of the run (it hit the cgroup's limit)."""
+    try:
+        if cg["version"] == 2:
+            text = _cg_read(cg, f"{run['name']}/memory.events")
+        else:
+            text = _cg_read(cg, f"{run['name']}/memory.oom_control")
+    except OSError:
+        return False
+    fields = dict(line.split() for line in text.splitlines() if len(line.split()) == 2)
+    if "oom_kill" in fields:
+        return int(fields["oom_kill"]) > 0
+    return fields.get("under_oom") == "1"  # old v1 kernels: no oom_kill count
+
+
+def _cgroup_failcnt(cg, run):
+    """v1 only: how often the run hit its limit (with reclaim that is not always an OOM)."""
+    if cg["version"] != 1:
+        return 0
+    try:
+        return int(_cg_read(cg, f"{run['name']}/memory.failcnt"))
+    except (OSError, ValueError):
+        return 0
+
+
+def _cgroup_remove(cg, run):
+    """rmdir the run's cgroup; its processes are all gone (killed and reaped) by now."""
+    if cg["version"] == 2:
+        with contextlib.suppress(OSError):
+            _cg_write(cg, f"{run['name']}/cgroup.kill", 1)
+    for _ in range(100):
+        try:
+            os.rmdir(run["name"], dir_fd=cg["fd"])
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
+    print(f"jgem sandbox: could not remove cgroup {cg['parent']}/{run['name']}", file=sys.stderr)
+
+
 def _drain(fd, bufs, sel, limit):
     while True:
         try:
@@ -356,9 +541,17 @@ def _run_job(cfg, job, root):
     stdin_file.seek(0)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    cg, run_cg = cfg.get("cgroup_handle"), None
+    if cg is not None:
+        try:
+            run_cg = _cgroup_make(cg, cfg["memory_mb"] << 20)
+        except OSError as e:  # this run falls back to polling
+            print(f"jgem sandbox: no cgroup for this run ({e}); memory is polled", file=sys.stderr)
     pid = os.fork()
     if pid == 0:
-        _child(cfg, job, workdir, out_w, err_w, stdin_file.fileno())
+        _child(cfg, job, workdir, out_w, err_w, stdin_file.fileno(), run_cg and run_cg["procs"])
+    if run_cg is not None:
+        os.close(run_cg["procs"])
     os.close(out_w)
     os.close(err_w)
     stdin_file.close()
@@ -381,7 +574,11 @@ def _run_job(cfg, job, root):
             break
         if now >= next_memory_check:
             next_memory_check = now + MEMORY_POLL_S
-            if _run_memory(cfg["uid"]) > cfg["memory_mb"] << 20:
+            if run_cg is not None:
+                if _cgroup_oom(cg, run_cg):  # the kernel killed one of its processes: stop the rest too
+                    over_memory = True
+                    break
+            elif _run_memory(cfg["uid"]) > cfg["memory_mb"] << 20:
                 over_memory = True  # the run's processes together are over the limit
                 break
         for key, _ in sel.select(min(left, MEMORY_POLL_S)):
@@ -404,7 +601,13 @@ def _run_job(cfg, job, root):
     # Bounded: the child has exited or was just killed.
     _, status, usage = os.wait4(pid, 0)
     wall = time.monotonic() - start
+    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+    if run_cg is not None and not over_memory:
+        # OOM-killed at the end, or (old v1 kernels without an oom_kill count) SIGKILLed at the limit
+        over_memory = _cgroup_oom(cg, run_cg) or (sig == signal.SIGKILL and _cgroup_failcnt(cg, run_cg) > 0)
     _cleanup(cfg["uid"])
+    if run_cg is not None:
+        _cgroup_remove(cg, run_cg)
     sel.close()
     for fd in (*bufs, pidfd):
         os.close(fd)
@@ -413,15 +616,16 @@ def _run_job(cfg, job, root):
     truncated = len(stdout) + len(stderr) > limit
     stdout = stdout[:limit]
     stderr = stderr[: max(0, limit - len(stdout))]
-    sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
     rc = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -sig
     if timed_out:
         state = "timeout"
     elif over:
         state = "output_limit"
+    elif over_memory:  # measured or OOM-killed: the run as a whole was over `memory_mb`
+        state = "memory_limit"
     elif sig == signal.SIGXCPU or (sig == signal.SIGKILL and usage.ru_utime + usage.ru_stime >= job["cpu_time"]):
         state = "cpu_limit"
-    elif over_memory or b"MemoryError" in stderr[-2000:]:
+    elif b"MemoryError" in stderr[-2000:]:
         state = "memory_limit"
     elif sig:
         state = "killed"
@@ -460,7 +664,10 @@ def main():
     cfg = json.loads(sys.argv[1])
     for name in cfg.get("preimport", []):
         __import__(name)
+    cg, memory = _cgroup_setup(cfg)  # before _isolate: cgroupfs is read-only in the new mount namespace
     iso = _isolate(cfg)
+    iso["memory"] = memory
+    cfg["cgroup_handle"] = cg
     cfg["workroot"] = tempfile.mkdtemp(prefix="jgem-sandbox-")
     os.chmod(cfg["workroot"], 0o711)
     _send_all(cfg["fd_out"], {"ready": True, "isolation": iso, "pid": os.getpid()})

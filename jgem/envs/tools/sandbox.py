@@ -3,8 +3,11 @@
 Isolation (see `_sandbox_worker.py` for how, and `Sandbox.isolation` for what is in effect here):
 a private network namespace (no network), a read-only filesystem with private tmpfs /tmp, a private
 /proc showing only the code's own processes, an unprivileged uid per worker, RLIMIT_CPU/AS/FSIZE/NPROC,
-`memory_mb` over all of a run's processes together (polled), a wall timeout honoured as configured, a
+`memory_mb` over all of a run's processes together (a fresh memory cgroup per run where one can be made,
+else polled; `Sandbox.isolation["memory"]` says which), a wall timeout honoured as configured, a
 temporary working directory removed afterwards, a scrubbed environment and truncated output.
+The environment variable JGEM_SANDBOX_CGROUP picks the cgroup parent: unset or `auto` (the worker's own
+memory cgroup, v2 or v1), `off` (always poll), or a directory (a delegated, empty cgroup v2 directory).
 Where the kernel or the user does not allow a layer, start-up says so (a warning) and the rest holds.
 """
 
@@ -146,6 +149,8 @@ class _Worker:
             "fd_in": req_r,
             "fd_out": rep_w,
             "jobs": jobs,
+            # where the run's memory cgroups go: auto (the worker's own cgroup), off (polled), or a directory
+            "cgroup": os.environ.get("JGEM_SANDBOX_CGROUP", "auto"),
             # what sandboxed code must be able to import from (stdlib, site-packages)
             "expose": sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, *filter(os.path.isdir, sys.path)}),
         }
