@@ -27,6 +27,7 @@ from jgem.algos.types import TrainBatch
 from jgem.config import TrainConfig, validate
 from jgem.curriculum import Curriculum
 from jgem.envs.pool import EnvPool
+from jgem.envs.with_tools import tool_wrapper
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import load_pretrained
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
@@ -116,7 +117,7 @@ class Trainer:
             num_workers=cfg.env.num_workers,
             step_timeout=cfg.env.step_timeout,
             env_kwargs=dict(cfg.env.env_kwargs),
-            wrappers=wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt),
+            wrappers=tool_wrapper(cfg.env) + tuple(wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt)),
             remote_urls=cfg.env.remote_urls,
             remote_token=cfg.env.remote_token,
         )

@@ -174,3 +174,26 @@ def test_quickstart_train_commands_parse_and_validate():
         if cfg.model.path is not None:  # the documented paths are placeholders for the user's checkpoint
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=None))
         validate(cfg, int(env.get("JAX_NUM_CPU_DEVICES", "1")))
+
+
+def test_env_kwargs_from_the_cli(monkeypatch):
+    """`--env.env-kwargs` takes a JSON object through experiments.train's own parser, with or without a preset
+    that fills it (issue 20 bug 8)."""
+    import sys
+
+    import jgem.train
+    from experiments import train as train_cli
+
+    seen = []
+    monkeypatch.setattr(jgem.train, "train", seen.append)
+    for argv, want in [
+        (["tiny", "--env.env-kwargs", '{"min_number": 1}'], {"min_number": 1}),
+        (["qwen3-4b-math-python", "--env.env-kwargs", '{"path": "gsm8k.parquet"}'], {"path": "gsm8k.parquet"}),
+        (["tiny"], {}),
+    ]:
+        monkeypatch.setattr(sys, "argv", ["experiments.train", *argv])
+        train_cli.main()
+        assert seen.pop().env.env_kwargs == want
+    monkeypatch.setattr(sys, "argv", ["experiments.train", "tiny", "--env.env-kwargs", "[1]"])
+    with pytest.raises(SystemExit):
+        train_cli.main()
