@@ -118,6 +118,8 @@ class TrainConfig:
     eval_every: int = 10
     eval_episodes: int = 64
     eval_greedy: bool = False
+    # evaluation's turn limit: None plays to the env's own limit, whatever the curriculum's training horizon
+    eval_max_turns: int | None = None
     checkpoint_every: int = 10
     keep_checkpoints: int = 3
     resume: bool = True
@@ -159,6 +161,10 @@ def range_errors(cfg: TrainConfig) -> list[str]:
         for name, value, lo, hi, lo_open, hi_open, allowed in checks
         if not _in(value, lo, hi, lo_open=lo_open, hi_open=hi_open)
     ]
+    if cfg.eval_max_turns is not None and not _in(cfg.eval_max_turns, 1, inf, hi_open=True):
+        errors.append(
+            f"eval_max_turns is {cfg.eval_max_turns!r}; it must be an integer >= 1, or None (the env's limit)"
+        )
     if cfg.env.step_timeout is not None and not _in(cfg.env.step_timeout, 0, float("inf"), lo_open=True, hi_open=True):
         errors.append(
             f"env.step_timeout is {cfg.env.step_timeout!r}; it must be a finite number of seconds > 0, or None"
