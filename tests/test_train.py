@@ -146,10 +146,13 @@ def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
     while not (ckpts.is_dir() and any(c.name.isdigit() for c in ckpts.iterdir())):
         assert p.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
         time.sleep(0.2)
-    time.sleep(random.uniform(0.0, 3.0))  # a random moment after the first checkpoint
+    time.sleep(random.uniform(0.0, 1.0))  # a random moment after the first checkpoint, well before the last
     p.send_signal(signal.SIGKILL)
     p.wait()
     killed_at = max(int(c.name) for c in ckpts.iterdir() if c.name.isdigit())
+    # the kill must land before the run finished, or "resume" would only reload the last step
+    assert p.returncode == -signal.SIGKILL and not (run_b / "summary.json").exists(), "the run ended before the kill"
+    assert killed_at < args["steps"], f"killed after the last checkpoint ({killed_at})"
     resumed = _summary(_run({**args, "run_dir": str(run_b)}))
     assert resumed["params_sha256"] == straight["params_sha256"], f"killed after checkpoint {killed_at}"
 
