@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from tyro.constructors import PrimitiveConstructorSpec
 
 from jgem.algos.learner import LearnerConfig
 from jgem.rollout.engine import RolloutConfig
@@ -15,12 +18,35 @@ ALGORITHMS = ("rebn", "reinforce", "grpo", "drgrpo", "rloo", "reinforce_pp", "pp
 GROUPED = ("grpo", "drgrpo", "rloo")
 
 
+def _json_object(args: list[str]) -> dict[str, Any]:
+    try:
+        value = json.loads(args[0])
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e}); pass an object such as '{{\"min_number\": 1}}'") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{args[0]!r} is not a JSON object; pass one such as '{{\"min_number\": 1}}'")
+    return value
+
+
+# On the CLI a dict of constructor kwargs is one JSON object: `--env.env-kwargs '{"path": "gsm8k.parquet"}'`.
+JsonKwargs = Annotated[
+    dict[str, Any],
+    PrimitiveConstructorSpec(
+        nargs=1,
+        metavar="JSON",
+        instance_from_str=_json_object,
+        is_instance=lambda x: isinstance(x, dict),
+        str_from_instance=lambda x: [json.dumps(x)],
+    ),
+]
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """Which environment and how the pool runs it."""
 
     env_id: str = "game:GuessTheNumber-v0-easy"
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: JsonKwargs = field(default_factory=dict)
     num_envs: int = 16
     backend: str = "inline"  # inline (deterministic), thread, process, remote
     num_workers: int | None = None
@@ -28,6 +54,13 @@ class EnvConfig:
     remote_urls: tuple[str, ...] = ()
     remote_token: str | None = None
     system_prompt: str | None = None
+    # Tools around every env (docs/tools.md): any of "python", "search", "mcp", tried in this order
+    tools: tuple[str, ...] = ()
+    max_tool_uses: int | None = 5  # tool calls per episode (None: unlimited); they do not use env turns
+    tool_timeout: float = 5.0  # seconds per tool call
+    search_corpus: str | None = None  # JSONL corpus or search server URL; default: the shipped corpus
+    search_topk: int = 3
+    mcp_server: str | None = None  # streamable-HTTP URL, or a stdio server's command line
 
 
 @dataclass(frozen=True)
@@ -85,6 +118,8 @@ class TrainConfig:
     eval_every: int = 10
     eval_episodes: int = 64
     eval_greedy: bool = False
+    # evaluation's turn limit: None plays to the env's own limit, whatever the curriculum's training horizon
+    eval_max_turns: int | None = None
     checkpoint_every: int = 10
     keep_checkpoints: int = 3
     resume: bool = True
@@ -118,12 +153,18 @@ def range_errors(cfg: TrainConfig) -> list[str]:
         ("checkpoint_every", cfg.checkpoint_every, 1, inf, False, True, "an integer >= 1"),
         ("keep_checkpoints", cfg.keep_checkpoints, 1, inf, False, True, "an integer >= 1"),
         ("env.num_envs", cfg.env.num_envs, 1, inf, False, True, "an integer >= 1"),
+        ("env.tool_timeout", cfg.env.tool_timeout, 0, inf, True, True, "a finite number of seconds > 0"),
+        ("env.search_topk", cfg.env.search_topk, 1, inf, False, True, "an integer >= 1"),
     ]
     errors = [
         f"{name} is {value!r}; it must be {allowed}"
         for name, value, lo, hi, lo_open, hi_open, allowed in checks
         if not _in(value, lo, hi, lo_open=lo_open, hi_open=hi_open)
     ]
+    if cfg.eval_max_turns is not None and not _in(cfg.eval_max_turns, 1, inf, hi_open=True):
+        errors.append(
+            f"eval_max_turns is {cfg.eval_max_turns!r}; it must be an integer >= 1, or None (the env's limit)"
+        )
     if cfg.env.step_timeout is not None and not _in(cfg.env.step_timeout, 0, float("inf"), lo_open=True, hi_open=True):
         errors.append(
             f"env.step_timeout is {cfg.env.step_timeout!r}; it must be a finite number of seconds > 0, or None"
@@ -146,6 +187,9 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
             spec(cfg.env.env_id)
         except KeyError as e:
             errors.append(str(e.args[0]))
+    from jgem.envs.with_tools import tool_errors
+
+    errors += tool_errors(tuple(cfg.env.tools), cfg.env.mcp_server)
     if cfg.warm_start.steps > 0:
         from jgem.envs.games.solvers import has_solver
 

@@ -27,6 +27,7 @@ from jgem.algos.types import TrainBatch
 from jgem.config import TrainConfig, validate
 from jgem.curriculum import Curriculum
 from jgem.envs.pool import EnvPool
+from jgem.envs.with_tools import tool_wrapper
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import load_pretrained
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
@@ -70,6 +71,22 @@ def check_finite_loss(loss: float, step: int, episodes: list[Episode], what: str
     )
 
 
+def env_turn_limit(cfg: TrainConfig) -> int | None:
+    """The env's own turn limit (its `max_turns`, read off one env built here), or None when it has none or the
+    env is remote."""
+    if cfg.env.backend == "remote":
+        return None
+    from jgem.registry import make
+
+    env = make(cfg.env.env_id, **cfg.env.env_kwargs)
+    try:
+        limit = getattr(env, "max_turns", None)
+    finally:
+        if hasattr(env, "close"):
+            env.close()
+    return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+
+
 def params_digest(params: Any) -> str:
     """sha256 over every parameter's bytes in tree order (equal digests: bit-identical params)."""
     import hashlib
@@ -97,6 +114,7 @@ class Trainer:
             if cfg.curriculum.horizons
             else Curriculum.constant(MAX_TURNS_CAP)
         )
+        self.env_max_turns = env_turn_limit(cfg)
 
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path)
         system = cfg.env.system_prompt if cfg.rollout.view == "per_turn" else None
@@ -116,7 +134,7 @@ class Trainer:
             num_workers=cfg.env.num_workers,
             step_timeout=cfg.env.step_timeout,
             env_kwargs=dict(cfg.env.env_kwargs),
-            wrappers=wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt),
+            wrappers=tool_wrapper(cfg.env) + tuple(wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt)),
             remote_urls=cfg.env.remote_urls,
             remote_token=cfg.env.remote_token,
         )
@@ -194,6 +212,12 @@ class Trainer:
         base = (EVAL_SEED_OFFSET if eval else 0) + cfg.seed * 7_919_000 + (0 if eval else step * n * procs)
         return [EpisodeSpec(i, group_id=i // g, seed=base + i // g) for i in range(first, first + n)]
 
+    def horizon(self, step: int, *, eval: bool = False) -> int:
+        """The turn limit episodes are cut at: in training the curriculum's current one; in evaluation
+        `eval_max_turns`, else the env's own (so evaluations at different curriculum stages compare)."""
+        cut = (self.cfg.eval_max_turns or MAX_TURNS_CAP) if eval else self.curriculum.max_turns(step)
+        return min(cut, self.env_max_turns) if self.env_max_turns else cut
+
     def collect(self, step: int, *, eval: bool = False) -> list[Episode]:
         cfg = self.cfg
         key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
@@ -201,7 +225,7 @@ class Trainer:
             self.state.model(),
             self.specs(step, eval=eval),
             key,
-            max_turns=self.curriculum.max_turns(step),
+            max_turns=self.horizon(step, eval=eval),
             greedy=cfg.eval_greedy if eval else None,
         )
 
@@ -353,7 +377,7 @@ class Trainer:
         metrics |= {
             "time/collect_s": t1 - t0,
             "time/update_s": t2 - t1,
-            "rollout/max_turns": float(self.curriculum.max_turns(step)),
+            "rollout/max_turns": float(self.horizon(step)),  # the env's limit, or the curriculum's below it
             "curriculum/stage": float(self.curriculum.stage(step)),
             "compile/rollout": float(self.engine.num_compilations),
             "compile/update": float(update._cache_size()),
@@ -395,7 +419,10 @@ class Trainer:
             batch, _ = self.make_batch(eps, sft=True)
             self.state, m = update(self.state, batch)
             check_finite_loss(float(m["loss"]), s, eps, what="warm-start loss")
-            log(s, {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")})
+            log(
+                s + 1 - ws.steps,
+                {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")},
+            )
         self.state = self.state.replace(cfg=rl_cfg, **critic)
         if ws.reset_optimizer:
             self.state = reset_optimizer(self.state)
@@ -404,7 +431,11 @@ class Trainer:
         self.host["warm_start_done"] = True
 
     def evaluate(self, step: int) -> dict[str, float]:
-        return episode_metrics(self.collect(step, eval=True), "eval")
+        """Eval metrics, with the horizon evaluation ran at and the training horizon of `step`."""
+        return episode_metrics(self.collect(step, eval=True), "eval") | {
+            "eval/max_turns": float(self.horizon(step, eval=True)),
+            "eval/train_max_turns": float(self.horizon(step)),
+        }
 
     def run(self) -> dict[str, Any]:
         from jgem.checkpoint import CheckpointConfig, Checkpointer
@@ -430,6 +461,7 @@ class Trainer:
                 "eval_episodes",
                 "checkpoint_every",
                 "keep_checkpoints",
+                "eval_max_turns",
                 "learner.keep_logits_mb",  # memory vs speed only (the same log-probs); older runs lack it
                 "rollout.chunk_steps",  # how the engine schedules work, not what it samples
                 "rollout.extend_chunk",
@@ -451,14 +483,16 @@ class Trainer:
                 self.state = restored.state
                 self.host = {k: v for k, v in restored.host.items() if k not in ("config", "config_fingerprint")}
                 progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}")
-            logger.rewind(self.host["step"] if restored is not None else -1)  # one log line per step
+            # one log line per step; the warm start logs at steps 1 - W .. 0, the initial eval before it at -W
+            warm = cfg.warm_start.steps
+            logger.rewind(self.host["step"] if restored is not None else -warm - 1)
             if restored is None:
                 (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
                 if cfg.eval_every:
                     summary["initial_eval"] = self.evaluate(0)
-                    logger.log(0, summary["initial_eval"])
+                    logger.log(-warm if not self.host["warm_start_done"] else 0, summary["initial_eval"])
             if not self.host["warm_start_done"]:
-                self.warm_start(lambda s, m: logger.log(0, m))
+                self.warm_start(logger.log)
                 if cfg.eval_every:
                     summary["warm_start_eval"] = self.evaluate(0)
                     logger.log(0, summary["warm_start_eval"])
@@ -485,6 +519,10 @@ class Trainer:
                 keys = ["rollout/success_rate", "rollout/turns", "rollout/return"]
                 if cfg.eval_every:
                     keys += ["eval/success_rate", "eval/turns"]
+                if cfg.curriculum.horizons:
+                    keys += ["rollout/max_turns"]
+                if warm:  # the warm start's steps are 1 - W .. 0, left of RL's
+                    keys += ["warm/loss", "warm/teacher/success_rate"]
                 summary["plot"] = str(
                     plot_curves(
                         logger.jsonl_path,

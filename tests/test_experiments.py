@@ -136,12 +136,46 @@ def test_summarize_reads_summaries_and_curves(tmp_path):
         rows = [{"step": s, "eval/success_rate": s / 10} for s in (0, 5, 10)]
         (r.run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
         if final is not None:
-            (r.run_dir / "summary.json").write_text(json.dumps({"final_eval": {"eval/success_rate": final}}))
-    out = common.summarize(runs, tmp_path, "gamma", numeric_x=True)
-    assert out[0]["mean"] == pytest.approx(0.5) and out[0]["n"] == 2
-    assert out[1]["per_seed"] == {0: 0.5, 1: 1.0}  # no summary.json: the last eval row of metrics.jsonl
-    assert "| 0.5 | 2 | 0.500 |" in (tmp_path / "results.md").read_text()
+            (r.run_dir / "summary.json").write_text(
+                json.dumps({"steps": 10, "final_eval": {"eval/success_rate": final}})
+            )
+    out = common.summarize(runs, tmp_path, "gamma", numeric_x=True, steps=10)
+    assert out[0]["mean"] == pytest.approx(0.5) and out[0]["n"] == 2 and out[0]["failed"] == []
+    # no summary.json: the run did not finish; its metrics.jsonl is not a result
+    assert out[1]["per_seed"] == {0: 0.5} and out[1]["n"] == 1 and out[1]["failed"] == [1]
+    table = (tmp_path / "results.md").read_text()
+    assert "| 0.5 | 2 | 0.500 |" in table and table.splitlines()[-1].endswith("| 1 |")
     assert (tmp_path / "plot.png").stat().st_size > 0
+    # a summary of another length (an older run in the same dir) is not this sweep's result
+    assert common.summarize(runs, tmp_path, "gamma", numeric_x=True, steps=20)[0]["failed"] == [0, 1]
+
+
+def test_sweep_reports_crashed_runs_and_exits_nonzero(tmp_path, monkeypatch, capsys):
+    """compare_algorithms with every ppo run crashing after its initial eval: ppo is reported as failed (not as
+    0.000 over 2 runs) and the sweep exits non-zero (issue 20 bug 6)."""
+    import sys
+
+    script = (
+        "import json, sys, pathlib\n"
+        "d = pathlib.Path(sys.argv[sys.argv.index('--run-dir') + 1])\n"
+        "algo = sys.argv[sys.argv.index('--algorithm') + 1]\n"
+        "(d / 'metrics.jsonl').write_text(json.dumps({'step': 0, 'eval/success_rate': 0.0}) + '\\n')\n"
+        "if algo == 'ppo': sys.exit('ValueError: crashed')\n"
+        "(d / 'summary.json').write_text(json.dumps({'steps': 2, 'final_eval': {'eval/success_rate': 0.5}}))\n"
+    )
+    monkeypatch.setattr(common.Run, "command", lambda self, preset: [sys.executable, "-c", script, *self.argv(preset)])
+    argv = ["--algorithms", "rebn", "ppo", "--seeds", "0", "1", "--steps", "2", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as e:
+        compare_algorithms.main(argv)
+    assert e.value.code not in (0, None) and "ppo seed 0, ppo seed 1" in str(e.value.code)
+    rows = {r["variant"]: r for r in json.loads((tmp_path / "results.json").read_text())}
+    assert rows["rebn"]["n"] == 2 and rows["rebn"]["mean"] == 0.5 and rows["rebn"]["failed"] == []
+    assert rows["ppo"]["n"] == 0 and rows["ppo"]["mean"] is None and rows["ppo"]["failed"] == [0, 1]
+    assert "| ppo | 0 | - |" in (tmp_path / "results.md").read_text()
+    assert capsys.readouterr().out.count("FAILED") == 2
+    # re-running skips the finished runs, retries the failed ones, and still exits non-zero
+    with pytest.raises(SystemExit):
+        compare_algorithms.main(argv)
 
 
 # -- docs/quickstart.md ----------------------------------------------------------------------------
@@ -174,3 +208,26 @@ def test_quickstart_train_commands_parse_and_validate():
         if cfg.model.path is not None:  # the documented paths are placeholders for the user's checkpoint
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=None))
         validate(cfg, int(env.get("JAX_NUM_CPU_DEVICES", "1")))
+
+
+def test_env_kwargs_from_the_cli(monkeypatch):
+    """`--env.env-kwargs` takes a JSON object through experiments.train's own parser, with or without a preset
+    that fills it (issue 20 bug 8)."""
+    import sys
+
+    import jgem.train
+    from experiments import train as train_cli
+
+    seen = []
+    monkeypatch.setattr(jgem.train, "train", seen.append)
+    for argv, want in [
+        (["tiny", "--env.env-kwargs", '{"min_number": 1}'], {"min_number": 1}),
+        (["qwen3-4b-math-python", "--env.env-kwargs", '{"path": "gsm8k.parquet"}'], {"path": "gsm8k.parquet"}),
+        (["tiny"], {}),
+    ]:
+        monkeypatch.setattr(sys, "argv", ["experiments.train", *argv])
+        train_cli.main()
+        assert seen.pop().env.env_kwargs == want
+    monkeypatch.setattr(sys, "argv", ["experiments.train", "tiny", "--env.env-kwargs", "[1]"])
+    with pytest.raises(SystemExit):
+        train_cli.main()

@@ -146,10 +146,13 @@ def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
     while not (ckpts.is_dir() and any(c.name.isdigit() for c in ckpts.iterdir())):
         assert p.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
         time.sleep(0.2)
-    time.sleep(random.uniform(0.0, 3.0))  # a random moment after the first checkpoint
+    time.sleep(random.uniform(0.0, 1.0))  # a random moment after the first checkpoint, well before the last
     p.send_signal(signal.SIGKILL)
     p.wait()
     killed_at = max(int(c.name) for c in ckpts.iterdir() if c.name.isdigit())
+    # the kill must land before the run finished, or "resume" would only reload the last step
+    assert p.returncode == -signal.SIGKILL and not (run_b / "summary.json").exists(), "the run ended before the kill"
+    assert killed_at < args["steps"], f"killed after the last checkpoint ({killed_at})"
     resumed = _summary(_run({**args, "run_dir": str(run_b)}))
     assert resumed["params_sha256"] == straight["params_sha256"], f"killed after checkpoint {killed_at}"
 
@@ -258,3 +261,53 @@ def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
         assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
     for a, b in zip(summaries[0]["param_probe"], ref["param_probe"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_evaluation_plays_to_the_env_limit_whatever_the_curriculum(tmp_path, monkeypatch):
+    """Issue 20 bug 9: eval at the env's own turn limit (or eval_max_turns), training at the curriculum's."""
+    from jgem.config import CurriculumConfig
+
+    cfg = small_config(str(tmp_path), curriculum=CurriculumConfig(horizons=(1, 2), stage_steps=1))
+    tr = Trainer(cfg)
+    try:
+        seen = []
+        monkeypatch.setattr(tr.engine, "collect", lambda *a, max_turns, **k: seen.append(max_turns) or [])
+        tr.collect(0), tr.collect(0, eval=True), tr.collect(5), tr.collect(5, eval=True)
+        assert seen == [1, 4, 2, 4]
+        assert tr.env_max_turns == 4  # GuessTheNumber-v0-easy
+        ev = tr.evaluate(0)
+        assert ev["eval/max_turns"] == 4 and ev["eval/train_max_turns"] == 1
+        tr.cfg = dataclasses.replace(cfg, eval_max_turns=3)
+        tr.collect(0, eval=True)
+        assert seen[-1] == 3
+    finally:
+        tr.pool.close()
+
+
+def test_logs_warm_start_at_its_own_steps_and_the_env_turn_limit(tmp_path, monkeypatch):
+    """Issue 20 bug 11: each warm-start step has a step of its own (1 - W .. 0, the initial eval at -W), no
+    curriculum logs the env's limit as rollout/max_turns (4, not 1000), and curves.png plots the warm start."""
+    import jgem.metrics
+
+    plotted = []
+    real_plot = jgem.metrics.plot_curves
+    monkeypatch.setattr(
+        jgem.metrics, "plot_curves", lambda p, o, keys, **k: plotted.append(keys) or real_plot(p, o, keys, **k)
+    )
+    cfg = small_config(
+        str(tmp_path),
+        steps=1,
+        eval_every=1,
+        eval_episodes=4,
+        plot=True,
+        warm_start=WarmStartConfig(steps=3, episodes_per_step=4),
+    )
+    train(cfg)
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    warm = [r for r in rows if "warm/loss" in r]
+    assert [r["step"] for r in warm] == [-2, -1, 0] and [r["warm/step"] for r in warm] == [1, 2, 3]
+    evals = [r["step"] for r in rows if "eval/success_rate" in r]
+    assert evals == [-3, 0, 1]  # random init, after the warm start, after RL step 1
+    (rl,) = [r for r in rows if "rollout/max_turns" in r]
+    assert rl["rollout/max_turns"] == 4 and rl["eval/max_turns"] == 4
+    assert "warm/loss" in plotted[0] and (tmp_path / "curves.png").stat().st_size > 0

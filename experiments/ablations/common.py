@@ -119,8 +119,10 @@ def _get(cfg: Any, dotted: str) -> Any:
     return cfg
 
 
-def run_all(runs: Sequence[Run], preset: str, steps: int | None) -> None:
-    """Run each not-yet-finished run in turn; a failed run is reported and the sweep goes on."""
+def run_all(runs: Sequence[Run], preset: str, steps: int | None) -> list[Run]:
+    """Run each not-yet-finished run in turn; a failed run is reported and the sweep goes on. Returns the runs
+    that did not finish (non-zero exit, or no complete summary.json)."""
+    failed = []
     for k, r in enumerate(runs):
         if _finished(r.run_dir, steps):
             print(f"[{k + 1}/{len(runs)}] {r.variant} seed {r.seed}: done already ({r.run_dir})", flush=True)
@@ -129,11 +131,15 @@ def run_all(runs: Sequence[Run], preset: str, steps: int | None) -> None:
         r.run_dir.mkdir(parents=True, exist_ok=True)
         with open(r.run_dir / "sweep.log", "a", encoding="utf-8") as log:
             rc = subprocess.call(r.command(preset), stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        if rc:
-            print(f"  failed with exit code {rc}; see {r.run_dir / 'sweep.log'}", flush=True)
+        if rc or not _finished(r.run_dir, steps):
+            why = f"exit code {rc}" if rc else "no complete summary.json"
+            print(f"  FAILED ({why}); see {r.run_dir / 'sweep.log'}", flush=True)
+            failed.append(r)
+    return failed
 
 
 def _finished(run_dir: Path, steps: int | None) -> bool:
+    """The trainer wrote summary.json (it does so only at the end of a run), for `steps` steps when given."""
     p = run_dir / "summary.json"
     if not p.is_file():
         return False
@@ -141,16 +147,18 @@ def _finished(run_dir: Path, steps: int | None) -> bool:
         s = json.loads(p.read_text())
     except json.JSONDecodeError:
         return False
-    return steps is None or s.get("steps") == steps
+    return isinstance(s, dict) and (steps is None or s.get("steps") == steps)
 
 
-def final_metric(run_dir: Path, metric: str = METRIC) -> float | None:
-    """The run's last eval value: summary.json's final_eval, else the last metrics.jsonl row that has it."""
-    s = run_dir / "summary.json"
-    if s.is_file():
-        v = json.loads(s.read_text()).get("final_eval", {}).get(metric)
-        if v is not None:
-            return float(v)
+def final_metric(run_dir: Path, metric: str = METRIC, steps: int | None = None) -> float | None:
+    """A finished run's last value of `metric`: summary.json's final_eval, else the last metrics.jsonl row that has
+    it (a metric eval does not log, e.g. rollout/success_rate). None for a run that did not finish: a crashed
+    run's metrics (often only the random-init eval) are not a result."""
+    if not _finished(run_dir, steps):
+        return None
+    v = json.loads((run_dir / "summary.json").read_text()).get("final_eval", {}).get(metric)
+    if v is not None:
+        return float(v)
     m = run_dir / "metrics.jsonl"
     if m.is_file():
         from jgem.metrics import read_jsonl
@@ -170,11 +178,16 @@ def curve(run_dir: Path, metric: str = METRIC) -> list[tuple[int, float]]:
     return sorted((int(r["step"]), float(r[metric])) for r in read_jsonl(m) if r.get(metric) is not None)
 
 
-def summarize(runs: Sequence[Run], out: Path, xlabel: str, *, numeric_x: bool, metric: str = METRIC) -> list[dict]:
-    """Write results.json, results.md (variant, seeds, mean, std, per seed) and plot.png; return the rows."""
+def summarize(
+    runs: Sequence[Run], out: Path, xlabel: str, *, numeric_x: bool, metric: str = METRIC, steps: int | None = None
+) -> list[dict]:
+    """Write results.json, results.md (variant, finished runs, mean, std, per seed, failed seeds) and plot.png;
+    return the rows. A run that did not finish (for `steps` steps when given) is listed as failed, never averaged."""
     rows = []
     for variant in dict.fromkeys(r.variant for r in runs):
-        vals = {r.seed: final_metric(r.run_dir, metric) for r in runs if r.variant == variant}
+        mine = [r for r in runs if r.variant == variant]
+        failed = [r.seed for r in mine if not _finished(r.run_dir, steps)]
+        vals = {r.seed: final_metric(r.run_dir, metric, steps) for r in mine if r.seed not in failed}
         got = [v for v in vals.values() if v is not None]
         rows.append(
             {
@@ -183,20 +196,29 @@ def summarize(runs: Sequence[Run], out: Path, xlabel: str, *, numeric_x: bool, m
                 "mean": statistics.mean(got) if got else None,
                 "std": statistics.stdev(got) if len(got) > 1 else 0.0 if got else None,
                 "per_seed": vals,
+                "failed": failed,
             }
         )
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(rows, indent=2))
-    lines = [f"| {xlabel} | runs | {metric} mean | std | per seed |", "|---|---:|---:|---:|---|"]
+    lines = [f"| {xlabel} | runs | {metric} mean | std | per seed | failed seeds |", "|---|---:|---:|---:|---|---|"]
     for r in rows:
         per = ", ".join(f"{s}: {_fmt(v)}" for s, v in r["per_seed"].items())
-        lines.append(f"| {r['variant']} | {r['n']} | {_fmt(r['mean'])} | {_fmt(r['std'])} | {per} |")
+        failed = ", ".join(map(str, r["failed"])) or "-"
+        lines.append(f"| {r['variant']} | {r['n']} | {_fmt(r['mean'])} | {_fmt(r['std'])} | {per} | {failed} |")
     table = "\n".join(lines) + "\n"
     (out / "results.md").write_text(table)
     print(table)
     _plot(runs, rows, out / "plot.png", xlabel, numeric_x=numeric_x, metric=metric)
     print(f"wrote {out / 'results.md'}, {out / 'results.json'}, {out / 'plot.png'}")
     return rows
+
+
+def exit_on_failures(rows: list[dict]) -> None:
+    """Exit non-zero when any run of the sweep failed, naming them (after the table is written)."""
+    failed = [f"{r['variant']} seed {s}" for r in rows for s in r["failed"]]
+    if failed:
+        raise SystemExit(f"{len(failed)} run(s) failed: {', '.join(failed)}; their sweep.log says why")
 
 
 def _fmt(v: float | None) -> str:
@@ -227,8 +249,9 @@ def _plot(runs: Sequence[Run], rows: list[dict], path: Path, xlabel: str, *, num
     ax1.set_xlabel(xlabel)
     ax1.set_ylabel(f"final {metric}")
     ax1.grid(alpha=0.3)
+    per_seed = {r["variant"]: r["per_seed"] for r in rows}  # finished runs only
     for variant in dict.fromkeys(r.variant for r in runs):  # mean curve over seeds, on the steps all share
-        curves = [dict(curve(r.run_dir, metric)) for r in runs if r.variant == variant]
+        curves = [dict(curve(r.run_dir, metric)) for r in runs if r.variant == variant and r.seed in per_seed[variant]]
         curves = [c for c in curves if c]
         if not curves:
             continue

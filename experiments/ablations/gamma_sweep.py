@@ -14,7 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from experiments.ablations.common import Run, base_parser, common_overrides, dry_run, run_all, split_argv, summarize
+from experiments.ablations.common import (
+    Run,
+    base_parser,
+    common_overrides,
+    dry_run,
+    exit_on_failures,
+    run_all,
+    split_argv,
+    summarize,
+)
 
 
 def build_runs(
@@ -42,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         dry_run(runs, args.preset, ["gamma", "seed", "steps", "algorithm", "env.env_id", "run_dir"])
         return
     run_all(runs, args.preset, args.steps)
-    summarize(runs, out, "gamma", numeric_x=True, metric=args.metric)
+    exit_on_failures(summarize(runs, out, "gamma", numeric_x=True, metric=args.metric, steps=args.steps))
 
 
 if __name__ == "__main__":

@@ -77,7 +77,8 @@ def qwen3_4b_math_python(
         episodes_per_step=128,
         env=EnvConfig(
             env_id="math:Orz57K",
-            env_kwargs={"path": data_path, "tools": "python"},
+            env_kwargs={"path": data_path},
+            tools=("python",),
             num_envs=128,
             backend="thread",
             step_timeout=30.0,
@@ -92,7 +93,7 @@ def qwen3_4b_math_python(
 
 def scaling_inter(model_path: str = "/path/to/Qwen3-1.7B-Base") -> TrainConfig:
     """AgentGym-RL's ScalingInter-RL on BabyAI: the turn horizon grows 5 -> 10 -> 20."""
-    base = qwen3_1p7b_games(model_path, env_id="agentgym:babyai")
+    base = qwen3_1p7b_games(model_path, env_id="agentgym:BabyAI-v0")
     return dataclasses.replace(
         base,
         run_dir="runs/scaling-inter",

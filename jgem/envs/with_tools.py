@@ -1,0 +1,96 @@
+"""Tools from the training config: `EnvConfig.tools` names them, `tool_wrapper` wraps every env of the pool.
+
+`tools=("python",)` gives any suite GEM's Python tool (`ToolEnv` with a `PythonTool`); `"search"` a BM25
+`SearchTool` (the shipped corpus, a JSONL corpus or a search server URL); `"mcp"` an `MCPTool` on a server
+URL or a stdio command line. The wrapper is a `functools.partial` of a module-level function, so process
+workers can build it; each process opens one search index and one MCP connection per server, shared by
+its envs (tools are shared services, docs/tools.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from jgem.core import Env
+
+TOOLS = ("python", "search", "mcp")
+
+
+def tool_errors(tools: tuple[str, ...], mcp_server: str | None) -> list[str]:
+    """What is wrong with a tools config (empty when nothing): unknown names, duplicates, mcp without a server."""
+    errors = [f"env.tools has unknown tool {t!r}; choose from {', '.join(TOOLS)}" for t in tools if t not in TOOLS]
+    if len(set(tools)) != len(tools):
+        errors.append(f"env.tools {tuple(tools)!r} names a tool twice")
+    if "mcp" in tools and not mcp_server:
+        errors.append(
+            "env.tools has 'mcp' but env.mcp-server is not set; pass a URL (http://host:port/mcp) or a command "
+            "line ('python -m jgem.envs.tools.mcp_servers.demo_server')"
+        )
+    return errors
+
+
+@functools.cache
+def _search_tool(corpus: str | None, topk: int, timeout: float) -> Any:
+    from jgem.envs.tools.search import BM25Index, SearchTool
+
+    if corpus is not None and corpus.startswith(("http://", "https://")):
+        return SearchTool(corpus, topk=topk, timeout=timeout)
+    return SearchTool(BM25Index.from_jsonl(corpus) if corpus else None, topk=topk, timeout=timeout)
+
+
+@functools.cache
+def _mcp_tool(server: str, timeout: float) -> Any:
+    from jgem.envs.tools.mcp import MCPTool, StdioServer
+
+    if server.startswith(("http://", "https://")):
+        return MCPTool(server, timeout=timeout)
+    command, *args = shlex.split(server)
+    return MCPTool(StdioServer(command, tuple(args)), timeout=timeout)
+
+
+def add_tools(
+    env: Env,
+    *,
+    tools: tuple[str, ...],
+    max_tool_uses: int | None,
+    timeout: float,
+    search_corpus: str | None = None,
+    search_topk: int = 3,
+    mcp_server: str | None = None,
+) -> Env:
+    """`env` inside a ToolEnv with the named tools, in the order given."""
+    from jgem.envs.tools.tool_env import ToolEnv
+
+    built = []
+    for name in tools:
+        if name == "python":
+            from jgem.envs.tools.python import PythonTool
+
+            built.append(PythonTool(timeout=timeout))
+        elif name == "search":
+            built.append(_search_tool(search_corpus, search_topk, timeout))
+        elif name == "mcp":
+            built.append(_mcp_tool(mcp_server, timeout))
+        else:
+            raise ValueError(f"unknown tool {name!r}; choose from {', '.join(TOOLS)}")
+    return ToolEnv(env, built, max_tool_uses=max_tool_uses)
+
+
+def tool_wrapper(env_cfg: Any) -> tuple[Callable[[Env], Env], ...]:
+    """The pool wrapper for `env_cfg.tools` (an `EnvConfig`); `()` when it names none."""
+    if not env_cfg.tools:
+        return ()
+    return (
+        functools.partial(
+            add_tools,
+            tools=tuple(env_cfg.tools),
+            max_tool_uses=env_cfg.max_tool_uses,
+            timeout=env_cfg.tool_timeout,
+            search_corpus=env_cfg.search_corpus,
+            search_topk=env_cfg.search_topk,
+            mcp_server=env_cfg.mcp_server,
+        ),
+    )
