@@ -72,7 +72,10 @@ class ModelSpec:
     tokenizer_path: str | None = None  # default: `path`, or the tiny tokenizer for presets
     dtype: str = "float32"
     param_dtype: str = "float32"
-    remat: bool = False
+    # Remat policy of each decoder block (jgem.models.config.REMAT: none, full, dots_saveable, ...);
+    # True / False, as older configs say, mean "full" / "none".
+    remat: bool | str = "none"
+    attention: str = "auto"  # jgem.models.config.ATTENTION: auto, xla, blockwise, cudnn, splash
 
 
 @dataclass(frozen=True)

@@ -154,14 +154,19 @@ class Trainer:
     def _build_models(self, tokenizer) -> tuple[Transformer, Transformer | None, ModelConfig]:
         cfg = self.cfg
         ppo = cfg.algorithm == "ppo"
-        dt = dict(dtype=cfg.model.dtype, param_dtype=cfg.model.param_dtype)
+        dt = dict(
+            dtype=cfg.model.dtype,
+            param_dtype=cfg.model.param_dtype,
+            remat=cfg.model.remat,
+            attention=cfg.model.attention,
+        )
         if cfg.model.path is not None:
             model, mcfg = load_pretrained(cfg.model.path, mesh=self.mesh, **dt)
             critic = None
             if ppo:
                 critic, _ = load_pretrained(cfg.model.path, mesh=self.mesh, value_head=True, **dt)
         else:
-            mcfg = preset(cfg.model.preset, remat=cfg.model.remat, **dt)
+            mcfg = preset(cfg.model.preset, **dt)
             if len(tokenizer) > mcfg.vocab_size:
                 raise ValueError(
                     f"tokenizer has {len(tokenizer)} tokens but preset {cfg.model.preset!r} has "

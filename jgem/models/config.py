@@ -12,6 +12,20 @@ from typing import Any, Literal
 Family = Literal["qwen3", "qwen2", "llama"]
 FAMILIES: tuple[str, ...] = ("qwen3", "qwen2", "llama")
 _DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION = ("auto", "xla", "blockwise", "cudnn", "splash")  # jgem.models.attention
+# Rematerialisation of each decoder block in the backward pass (jgem.models.transformer.remat_policy):
+# none; full = nothing_saveable (recompute the block); dots_saveable / dots_with_no_batch_dims_saveable (keep
+# matmul outputs); offload_dots (matmul outputs without batch dims go to pinned host memory, accelerators only).
+REMAT = ("none", "full", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable", "offload_dots")
+_REMAT_BOOLS = {True: "full", False: "none", "true": "full", "false": "none", "True": "full", "False": "none"}
+
+
+def remat_name(value: bool | str) -> str:
+    """A remat policy name from a policy name or the old bool (True = "full", False = "none")."""
+    name = _REMAT_BOOLS.get(value, value) if isinstance(value, (bool, str)) else value
+    if name not in REMAT:
+        raise ValueError(f"remat={value!r} is not a remat policy; use one of {REMAT} (or True/False)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -43,9 +57,13 @@ class ModelConfig:
     qkv_bias: bool = False  # qwen2: biases on the q, k, v projections
     dtype: str = "float32"  # compute dtype
     param_dtype: str = "float32"
-    remat: bool = False
+    remat: str = "none"  # a policy name (REMAT); True / False are read as "full" / "none"
+    attention: str = "auto"  # ATTENTION: auto picks by platform and shape (jgem.models.attention.choose)
 
     def __post_init__(self):
+        object.__setattr__(self, "remat", remat_name(self.remat))
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention={self.attention!r} is not an implementation; use one of {ATTENTION}")
         if self.family not in FAMILIES:
             raise ValueError(f"family {self.family!r} is not supported; use one of {FAMILIES}")
         for name in ("dtype", "param_dtype"):

@@ -202,18 +202,22 @@ def load_pretrained(
     mesh: Mesh | None = None,
     dtype: str | None = None,
     param_dtype: str | None = None,
+    remat: bool | str | None = None,
+    attention: str | None = None,
     value_head: bool = False,
     rules: dict[str, tuple[str, ...]] | None = None,
     sharding_fn: Callable[[tuple[str | None, ...], tuple[int, ...]], Any] | None = None,
 ) -> tuple[Transformer, ModelConfig]:
     """Loads a local HF checkpoint directory (config.json + *.safetensors, single or sharded with an index).
 
-    dtype / param_dtype override the compute / parameter dtypes (default float32). With `mesh`, each tensor
+    dtype / param_dtype override the compute / parameter dtypes (default float32); remat and attention the
+    `ModelConfig` fields of those names (defaults "none" and "auto"). With `mesh`, each tensor
     goes straight to its NamedSharding (from the logical axis names via `rules`, or `sharding_fn(names, shape)`).
     A value head missing from the checkpoint is freshly initialised (seed 0).
     """
     path = os.fspath(path)
-    overrides = {k: v for k, v in (("dtype", dtype), ("param_dtype", param_dtype)) if v is not None}
+    given = (("dtype", dtype), ("param_dtype", param_dtype), ("remat", remat), ("attention", attention))
+    overrides = {k: v for k, v in given if v is not None}
     cfg = ModelConfig.from_hf(path, **overrides)
     abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0), value_head=value_head))
     graphdef, abs_state = nnx.split(abstract)

@@ -23,19 +23,24 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jgem.models.config import ModelConfig
+from jgem.models.cpu import (
+    OUT_IN_MAX_BATCH,
+    OUT_IN_MIN_BYTES,
+    PROJECTIONS,
+    cpu_decode_mesh,
+    cpu_tuning,
+    layer_projection_bytes,
+    out_in_weights,
+    to_out_in,
+)
 from jgem.models.head import vocab_logprobs
 from jgem.models.kvcache import KVCache, init_cache
-from jgem.models.layers import PROJECTIONS, out_in_weights, to_out_in
-from jgem.models.platform import platform
 from jgem.models.transformer import Transformer
-from jgem.sharding.mesh import MeshConfig, make_mesh
 
 Array = jax.Array
+__all__ = ["Sampler", "SampleOutput", "cpu_decode_mesh", "sample_logits", "token_logprobs"]
 DEFAULT_PROMPT_BUCKETS = tuple(2**i for i in range(6, 16))  # 64 .. 32768
-OUT_IN_MIN_BYTES = 8 << 20  # `Sampler(out_in_decode=None)`: one layer's projections at least this big ...
-OUT_IN_MAX_BATCH = 128  # ... and at most this many rows per decode step
 MIN_PHASE_STEPS = 32  # `Sampler(decode_phases=...)`: the shortest decode phase, in steps
-CPU_MESH_MIN_ROWS = 4  # `cpu_decode_mesh`: the fewest rows per device for which a data mesh pays on CPU
 
 
 # ---------------------------------------------------------------------- teacher-forced log-probs
@@ -191,34 +196,6 @@ def decode_phase_ends(max_new: int, phases: int, min_steps: int | None = None) -
     return list(range(chunk, max_new, chunk)) + [max_new]
 
 
-def _layer_projection_bytes(cfg: ModelConfig) -> int:
-    d, h = cfg.hidden_size, cfg.head_dim
-    n = d * (cfg.num_heads + 2 * cfg.num_kv_heads) * h + cfg.num_heads * h * d + 3 * d * cfg.intermediate_size
-    return n * jnp.dtype(cfg.param_dtype).itemsize
-
-
-def cpu_decode_mesh(cfg: ModelConfig, batch: int, devices: Sequence[Any] | None = None) -> Mesh | None:
-    """A data mesh over the local CPU devices (default: all of them) on which `Sampler` decodes `batch` rows of
-    `cfg` faster than on one device, or None: off the CPU backend, with one device, with fewer than
-    CPU_MESH_MIN_ROWS rows per device, or for a model whose layer projections take OUT_IN_MIN_BYTES or more.
-
-    XLA:CPU runs a small model's decode dots one at a time on one thread; over a data mesh each device decodes its
-    rows on a thread of its own. Measured on two cores, against one device: the tiny preset (0.75 MiB per layer) at
-    0.71-0.87x / 0.92x / 1.03x / 1.1-1.45x / 1.4-1.8x for batch 1 / 2 / 4 / 8 / 32; the 100m preset (24 MiB per
-    layer), whose dots already use both cores, at 0.73-0.95x (docs/benchmarks.md, "Session 14"). Give the
-    process one device per core (`JAX_NUM_CPU_DEVICES` or the `jax_num_cpu_devices` config, before JAX starts),
-    and place the params replicated on the mesh."""
-    devices = list(jax.local_devices(backend="cpu") if devices is None else devices)
-    if (
-        platform() != "cpu"
-        or len(devices) < 2
-        or batch < CPU_MESH_MIN_ROWS * len(devices)
-        or _layer_projection_bytes(cfg) >= OUT_IN_MIN_BYTES
-    ):
-        return None
-    return make_mesh(MeshConfig(data=-1), devices=devices)
-
-
 @partial(jax.jit, static_argnums=1)
 def _transposed(ws: list[Array], n_in: tuple[int, ...]) -> list[Array]:
     # A jit of its own: its outputs are row-major [out, in] arrays (inside the generate jit XLA would turn the
@@ -242,7 +219,7 @@ class Sampler:
     the mesh.
 
     `out_in_decode` runs the decode steps on a transposed copy of the projection weights ([out, in],
-    `jgem.models.layers.out_in_weights`), which XLA:CPU's few-row matmuls stream 13-30% faster when the weights do
+    `jgem.models.cpu.out_in_weights`), which XLA:CPU's few-row matmuls stream 13-30% faster when the weights do
     not fit in cache. None (the default) turns it on for the CPU backend when one layer's projections take at least
     8 MiB, for batches up to 128 rows (measured: 8-128); True or False force it for every call. The copy is made
     once per parameter version (a jitted transpose, 0.1-0.2 s for 100M parameters) and kept for later calls with
@@ -283,7 +260,7 @@ class Sampler:
             raise ValueError(f"decode_phases must be >= 1, got {decode_phases}")
         self.decode_phases = int(decode_phases)
         if out_in_decode is None:
-            self.out_in_decode = platform() == "cpu" and _layer_projection_bytes(cfg) >= OUT_IN_MIN_BYTES
+            self.out_in_decode = cpu_tuning("out_in_decode") and layer_projection_bytes(cfg) >= OUT_IN_MIN_BYTES
             self.out_in_max_batch = OUT_IN_MAX_BATCH
         else:
             self.out_in_decode, self.out_in_max_batch = bool(out_in_decode), None

@@ -10,30 +10,32 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jgem.models import cpu
+from jgem.models.attention import Mask
 from jgem.models.config import ModelConfig
 from jgem.models.kvcache import KVCache, SlotCache, init_cache
-from jgem.models.layers import (
-    Block,
-    RMSNorm,
-    dense_out_in,
-    mask_bias,
-    out_in_active,
-    param,
-    rope_inv_freq,
-    rope_tables,
-)
+from jgem.models.layers import ACTIVATIONS, Block, RMSNorm, param, rope_inv_freq, rope_tables
+from jgem.sharding.rules import constrain
 
-__all__ = ["KVCache", "SlotCache", "Transformer", "init_cache", "attention_mask"]
+__all__ = ["KVCache", "SlotCache", "Transformer", "init_cache", "remat_policy"]
 
 Array = jax.Array
 
 
-def attention_mask(q_segment: Array, kv_segment: Array, q_start: Array | int) -> Array:
-    """mask[B,T,S]: key slot s is visible from query t iff s <= q_start + t and both are in the same segment."""
-    t, s = q_segment.shape[1], kv_segment.shape[1]
-    q_slot = q_start + jnp.arange(t, dtype=jnp.int32)
-    causal = jnp.arange(s, dtype=jnp.int32)[None, :] <= q_slot[:, None]
-    return causal[None] & (q_segment[:, :, None] == kv_segment[:, None, :])
+def remat_policy(name: str):
+    """A `ModelConfig.remat` name -> (whether to rematerialise each block, the jax checkpoint policy)."""
+    cp = jax.checkpoint_policies
+    policies = {
+        "none": None,
+        "full": cp.nothing_saveable,
+        "nothing_saveable": cp.nothing_saveable,
+        "dots_saveable": cp.dots_saveable,
+        "dots_with_no_batch_dims_saveable": cp.dots_with_no_batch_dims_saveable,
+        "offload_dots": cp.offload_dot_with_no_batch_dims("device", "pinned_host"),
+    }
+    if name not in policies:
+        raise ValueError(f"remat policy {name!r} is not one of {sorted(policies)}")
+    return name != "none", policies[name]
 
 
 class Transformer(nnx.Module):
@@ -64,26 +66,28 @@ class Transformer(nnx.Module):
         to their own position, and tokens whose `segment_ids` is 0 (padding) write nothing."""
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
-        x = jnp.take(self.embed[...], tokens, axis=0).astype(dt)
+        x = constrain(jnp.take(self.embed[...], tokens, axis=0).astype(dt), ACTIVATIONS)
         cos, sin = rope_tables(positions, rope_inv_freq(cfg), dt)
-        seg = jnp.ones(tokens.shape, jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-        if isinstance(cache, SlotCache):
+        b, t = tokens.shape
+        seg = jnp.ones((b, t), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+        if isinstance(cache, SlotCache):  # query position p sees slots 0..p: no segments
             s = cache.max_len
             end = jnp.where(seg != 0, positions, s).astype(jnp.int32)  # write slots; s is out of range: dropped
-            mask = jnp.arange(s, dtype=jnp.int32)[None, None, :] <= positions[:, :, None]
+            mask = Mask(positions.astype(jnp.int32), jnp.zeros((b, t), jnp.int32), jnp.zeros((b, s), jnp.int32))
         elif cache is None:
             end = None
-            mask = attention_mask(seg, seg, 0)
+            mask = Mask.causal(seg)
         else:
             end = cache.end
             kv_seg = jax.lax.dynamic_update_slice(cache.segment_ids, seg, (jnp.zeros((), jnp.int32), end))
-            mask = attention_mask(seg, kv_seg, end)
-        bias = mask_bias(mask)
-        step = nnx.remat(_block) if cfg.remat else _block
+            q_slot = jnp.broadcast_to(end + jnp.arange(t, dtype=jnp.int32), (b, t))
+            mask = Mask(q_slot, seg, kv_seg)
+        remat, policy = remat_policy(cfg.remat)
+        step = nnx.remat(_block, policy=policy) if remat else _block
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = step(layer, x, cos, sin, bias, kv, end)
+            x, kv = step(layer, x, cos, sin, mask, kv, end)
             if kv is not None:
                 ks.append(kv[0])
                 vs.append(kv[1])
@@ -96,17 +100,17 @@ class Transformer(nnx.Module):
 
     def head_weight(self, dtype) -> tuple[Array, bool]:
         """(the vocab projection in `dtype`, whether it is [V,D] (the tied embedding, or `lm_head` in a state
-        converted for `out_in_weights`) rather than [D,V])."""
+        converted for `cpu.out_in_weights`) rather than [D,V])."""
         if self.cfg.tie_word_embeddings:
             return self.embed[...].astype(dtype), True
-        return self.lm_head[...].astype(dtype), out_in_active()
+        return self.lm_head[...].astype(dtype), cpu.out_in_active()
 
     def logits(self, h: Array, *, vocab_first: bool = False) -> Array:
         """h[B,T,D] -> logits f32[B,T,V]; with `vocab_first`, f32[V, B*T] (the decode's layout inside
-        `out_in_weights`, where the head is computed as [V,D] @ h^T and this skips transposing its result)."""
+        `cpu.out_in_weights`, where the head is computed as [V,D] @ h^T and this skips transposing its result)."""
         w, vocab_major = self.head_weight(h.dtype)
-        if vocab_major and out_in_active():  # decode: [V,D] @ h^T, the weight streamed as the left operand
-            return dense_out_in(h, w, preferred_element_type=jnp.float32, out_major=vocab_first)
+        if vocab_major and cpu.out_in_active():  # decode: [V,D] @ h^T, the weight streamed as the left operand
+            return cpu.dense_out_in(h, w, preferred_element_type=jnp.float32, out_major=vocab_first)
         out = jnp.einsum("BTD,VD->BTV" if vocab_major else "BTD,DV->BTV", h, w, preferred_element_type=jnp.float32)
         return out.reshape(-1, out.shape[-1]).T if vocab_first else out
 
@@ -124,5 +128,5 @@ class Transformer(nnx.Module):
         return self.logits(h), cache
 
 
-def _block(layer: Block, x, cos, sin, bias, kv, end):
-    return layer(x, cos, sin, bias, kv, end)
+def _block(layer: Block, x, cos, sin, mask, kv, end):
+    return layer(x, cos, sin, mask, kv, end)

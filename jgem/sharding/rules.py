@@ -149,3 +149,24 @@ def shard_batch(batch, mesh: Mesh, *, process_local: bool | None = None):
         return jax.device_put(x, sharding)
 
     return jax.tree.map(place, batch)
+
+
+def constrain(x: jax.Array, names: Sequence[str | None], rules: Rules = DEFAULT_RULES) -> jax.Array:
+    """`x` constrained to the sharding its logical axis `names` map to, when a mesh is in context (`jax.set_mesh`);
+    without one, `x` as it is. Mesh axes the mesh lacks, manual ones (inside shard_map) and ones that do not divide
+    their dim are left out, so the constraint never fails a shape that runs unconstrained."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return x
+    out = []
+    for size, axes in zip(x.shape, tuple(logical_to_spec(names, rules)) + (None,) * x.ndim):
+        axes_t = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
+        kept, n = [], 1
+        for a in axes_t:
+            if a in mesh.shape and a not in mesh.manual_axes and size % (n * mesh.shape[a]) == 0:
+                kept.append(a)
+                n *= mesh.shape[a]
+        out.append(None if not kept else (kept[0] if len(kept) == 1 else tuple(kept)))
+    if all(a is None for a in out):
+        return x
+    return jax.lax.with_sharding_constraint(x, P(*out))

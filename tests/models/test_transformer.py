@@ -98,13 +98,15 @@ def test_value_head():
         _model().value(h)
 
 
-def test_remat_same_logits_and_grads():
+@pytest.mark.parametrize("policy", [True, "full", "dots_saveable", "dots_with_no_batch_dims_saveable"])
+def test_remat_same_logits_and_grads(policy):
     toks, pos = _tokens(2, 6), _pos(2, 6)
 
     def loss(m):
         return jnp.mean(m(toks, pos)[0] ** 2)
 
-    plain, remat = _model(), _model(remat=True)
+    plain, remat = _model(), _model(remat=policy)
+    assert remat.cfg.remat == ("full" if policy is True else policy) and plain.cfg.remat == "none"
     grad = nnx.jit(nnx.value_and_grad(loss))
     (l1, g1), (l2, g2) = grad(plain), grad(remat)
     assert float(l1) == pytest.approx(float(l2), rel=1e-6)
@@ -129,7 +131,8 @@ def test_bfloat16_params_and_compute():
 def test_out_in_projection_equals_stored_layout(n_in):
     """A projection read as a to_out_in copy inside out_in_weights equals the stored [in..., out...] one, for one
     input axis (q: [D, N, H]) and two (o: [N, H, D])."""
-    from jgem.models.layers import out_in_active, out_in_weights, project, to_out_in
+    from jgem.models.cpu import out_in_active, out_in_weights, to_out_in
+    from jgem.models.layers import project
 
     rs = np.random.RandomState(0)
     shape = (8, 3, 4) if n_in == 1 else (3, 4, 8)
@@ -166,9 +169,8 @@ def test_dense_backward_equals_autodiff_of_matmul(dtype):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_rope_tables_once_per_forward_and_exact(family):
-    """On CPU the tables are computed inside a conditional (so XLA cannot fuse cos/sin into every layer's rotation);
-    whichever branch runs, they equal cos/sin of position * inv_freq, with Llama 3 scaling where configured."""
+def test_rope_tables_exact(family):
+    """The tables equal cos/sin of position * inv_freq, with Llama 3 scaling where configured."""
     from jgem.models.layers import rope_inv_freq, rope_tables
 
     cfg = tiny_cfg(family)
@@ -179,34 +181,13 @@ def test_rope_tables_once_per_forward_and_exact(family):
         ang = np.concatenate([ang, ang], axis=-1)
         np.testing.assert_allclose(np.asarray(cos), np.cos(ang), atol=2e-6)
         np.testing.assert_allclose(np.asarray(sin), np.sin(ang), atol=2e-6)
-    jaxpr = str(jax.make_jaxpr(lambda m, t, p: m.hidden(t, p)[0])(_model(family), _tokens(2, 6), _pos(2, 6)))
-    assert jaxpr.count("cos") == 2 and "cond[" in jaxpr  # both branches once, not once per layer
-
-
-def test_mask_bias_softmax_equals_masked_softmax():
-    """The additive bias masks as a select would: same softmax wherever a row sees a key, finite where none."""
-    from jgem.models.layers import mask_bias
-
-    rng = np.random.default_rng(0)
-    mask = rng.random((3, 4, 9)) < 0.5
-    mask[0, 0] = False  # a row that sees nothing
-    mask[1, 1] = True
-    bias = np.asarray(mask_bias(jnp.asarray(mask)))
-    assert bias.dtype == np.float32 and (bias[mask] == 0).all() and (bias[~mask] < -1e38).all()
-    scores = jnp.asarray(rng.normal(0, 30, mask.shape), jnp.float32)
-    ours = np.asarray(jax.nn.softmax(scores + bias, axis=-1))
-    ref = np.asarray(jax.nn.softmax(jnp.where(jnp.asarray(mask), scores, -jnp.inf), axis=-1))
-    assert np.isfinite(ours).all()
-    seen = mask.any(-1)
-    np.testing.assert_allclose(ours[seen], ref[seen], atol=1e-7)
-    assert (ours[~mask & seen[..., None]] == 0).all()
 
 
 @pytest.mark.parametrize("family,tie", [("qwen3", True), ("qwen2", False), ("llama", False)])
 def test_vocab_first_logits_are_the_transpose(family, tie):
     """`logits(h, vocab_first=True)` is logits(h) as [V, B*T], in the stored layout and in the decode's [out, in]
     one (tied heads are read as [V,D] there; an untied lm_head as its [out, in] copy)."""
-    from jgem.models.layers import out_in_weights, to_out_in
+    from jgem.models.cpu import out_in_weights, to_out_in
 
     m = _model(family, tie_word_embeddings=tie)
     assert m.cfg.tie_word_embeddings == tie
@@ -218,3 +199,21 @@ def test_vocab_first_logits_are_the_transpose(family, tie):
     with out_in_weights():
         ours = jax.jit(lambda m, h: m.logits(h, vocab_first=True))(m, h)
     np.testing.assert_allclose(np.asarray(ours), ref, atol=1e-5)
+
+
+def test_activation_sharding_constraints_only_under_a_mesh():
+    """Under `jax.set_mesh` the activations are constrained (batch over data/fsdp, heads over tensor) and the
+    logits do not change; without a mesh the program has no constraint at all."""
+    from jax.sharding import AxisType
+
+    model = _model("qwen3")
+    toks, pos = _tokens(4, 8), _pos(4, 8)
+    ref, _ = fwd(model, toks, pos)
+    plain = str(jax.make_jaxpr(lambda t, p: model(t, p)[0])(toks, pos))
+    assert "sharding_constraint" not in plain
+    mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"), axis_types=(AxisType.Auto,) * 3)
+    with jax.set_mesh(mesh):
+        sharded = str(jax.make_jaxpr(lambda t, p: model(t, p)[0])(toks, pos))
+        out, _ = fwd(model, toks, pos)
+    assert "sharding_constraint" in sharded and "tensor" in sharded
+    np.testing.assert_allclose(out, ref, atol=2e-5)
