@@ -157,6 +157,8 @@ def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
     assert resumed["params_sha256"] == straight["params_sha256"], f"killed after checkpoint {killed_at}"
 
     rows = [r for r in read_jsonl(run_b / "metrics.jsonl") if "curriculum/stage" in r]
+    # one line per step: the resume cut the log back to the checkpoint's step (no duplicate step lines)
+    assert [r["step"] for r in rows] == list(range(1, args["steps"] + 1))
     assert rows and all(r["curriculum/stage"] == min((r["step"] - 1) // 2, 1) for r in rows)
     assert all(r["rollout/max_turns"] == (2 if r["step"] <= 2 else 4) for r in rows)
 
