@@ -135,6 +135,7 @@ class SlotEngine:
         cache_dtype: str | None = None,
         mesh: Mesh | None = None,
         batch_axes: Sequence[str] = ("data", "fsdp"),
+        allocate: bool = True,
     ) -> None:
         if num_slots < 1 or max_len < 2 or chunk_steps < 1 or extend_chunk < MIN_EXTEND_LEN:
             raise ValueError(
@@ -149,11 +150,17 @@ class SlotEngine:
         shards = math.prod(mesh.shape[a] for a in axes) if axes else 1
         if shards > 1 and num_slots % shards:
             axes, shards = (), 1  # slots that do not divide the batch axes stay replicated
-        self.memory = check_slots_fit(cfg, num_slots, max_len, cache_dtype=cache_dtype, shards=shards)
-        cache = init_slots(cfg, num_slots, max_len, cache_dtype)
-        if mesh is not None:
-            spec = NamedSharding(mesh, PartitionSpec(axes or None))
-            cache = jax.device_put(cache, spec)
+        self.mesh = mesh
+        self.cache_sharding = None if mesh is None else NamedSharding(mesh, PartitionSpec(axes or None))
+        if allocate:
+            self.memory = check_slots_fit(cfg, num_slots, max_len, cache_dtype=cache_dtype, shards=shards)
+            cache = init_slots(cfg, num_slots, max_len, cache_dtype)
+            if mesh is not None:
+                cache = jax.device_put(cache, self.cache_sharding)
+        else:  # ahead-of-time compilation (experiments/tpu_pod/aot.py): the cache's shapes and shardings only
+            self.memory = {"slot_bytes": slot_cache_bytes(cfg, max_len, cache_dtype)}
+            shapes = jax.eval_shape(lambda: init_slots(cfg, num_slots, max_len, cache_dtype))
+            cache = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.cache_sharding), shapes)
         self.cache = cache
         self._traces = 0
         self._extend = jax.jit(self._extend_fn, static_argnums=(0, 1, 2), donate_argnums=(4,))
@@ -269,6 +276,42 @@ class SlotEngine:
         s = np.array(list(src) + [src[0]] * pad, np.int32)
         d = np.array(list(dst) + [dst[0]] * pad, np.int32)
         self.cache = self._copy(self.cache, s, d)
+
+    # -- ahead-of-time lowering (the same programs, on abstract arguments) ----------------------------------
+
+    def lower_extend(self, model: tuple[Any, Any], rows: int, length: int, window: int) -> jax.stages.Lowered:
+        """`extend`'s program for `rows` slots (all slots: no gather) of `length` new tokens attending `window`
+        positions; `model` = (graphdef, state of ShapeDtypeStructs). Use with a cache built with allocate=False."""
+        graphdef, state = model
+        ints = [self._spec((rows, length))] + [self._spec((rows,))] * 2
+        full = rows == self.num_slots
+        return self._extend.lower(graphdef, full, window, state, self.cache, self._spec((rows,)), *ints)
+
+    def lower_decode(self, model: tuple[Any, Any], rows: int, window: int) -> jax.stages.Lowered:
+        """`decode`'s program (a chunk of `chunk_steps` steps) for `rows` slots attending `window` positions."""
+        graphdef, state = model
+        key = jax.eval_shape(lambda: jax.random.key(0))
+        scalar = lambda dtype: self._spec((), dtype)
+        return self._decode.lower(
+            graphdef,
+            self.chunk_steps,
+            rows == self.num_slots,
+            window,
+            state,
+            self.cache,
+            *[self._spec((rows,))] * 7,
+            self._spec(key.shape, key.dtype),
+            scalar(jnp.float32),
+            scalar(jnp.float32),
+            scalar(jnp.int32),
+            scalar(jnp.bool_),
+            self._spec(self.eos_ids.shape),
+        )
+
+    def _spec(self, shape: tuple[int, ...], dtype=jnp.int32) -> jax.ShapeDtypeStruct:
+        """A host-fed argument: replicated over the mesh (as numpy inputs are placed)."""
+        sharding = None if self.mesh is None else NamedSharding(self.mesh, PartitionSpec())
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
     def _window(self, end: int) -> int:
         """Positions a program attends: a power of two (at least MIN_WINDOW, at most the slot) holding `end`."""
