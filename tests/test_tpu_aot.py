@@ -56,3 +56,21 @@ def test_tiny_update_and_rollout_compile_for_v5e_2x2(tmp_path):
     for name in ("extend", "decode"):
         assert res[name]["argument_gib"] * GIB >= cache
         assert res[name]["alias_gib"] * GIB >= cache  # the cache is donated and updated in place
+
+
+@pytest.mark.skipif(not (LIBTPU / "libtpu").is_dir(), reason=f"no libtpu in {LIBTPU}: build it with `make libtpu`")
+def test_make_mesh_splits_physical_axes_for_tensor_8_on_v5e_4x4():
+    # tensor=8 is no product of the 4x4 slice's physical axes: jax's create_device_mesh refuses it unless allowed
+    # to split an axis
+    code = (
+        "from experiments.tpu_pod.aot import use_libtpu, topology_devices\n"
+        "from jgem.sharding.mesh import MeshConfig, make_mesh\n"
+        "use_libtpu()\n"
+        "mesh = make_mesh(MeshConfig(fsdp=-1, tensor=8), devices=topology_devices('v5e:4x4'))\n"
+        "print(dict(mesh.shape), len({d.id for d in mesh.devices.flat}))\n"
+    )
+    env = {**os.environ, "JGEM_LIBTPU_DIR": str(LIBTPU), "PYTHONPATH": str(REPO)}
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "{'data': 1, 'fsdp': 2, 'tensor': 8} 16"
