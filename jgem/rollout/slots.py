@@ -151,7 +151,10 @@ class SlotEngine:
         if shards > 1 and num_slots % shards:
             axes, shards = (), 1  # slots that do not divide the batch axes stay replicated
         self.mesh = mesh
-        self.cache_sharding = None if mesh is None else NamedSharding(mesh, PartitionSpec(axes or None))
+        # slots over the batch axes, KV heads over `tensor` (as the attention that reads them is split)
+        kv = "tensor" if mesh is not None and cfg.num_kv_heads % mesh.shape.get("tensor", 1) == 0 else None
+        self.cache_sharding = None if mesh is None else NamedSharding(mesh, PartitionSpec(axes or None, kv))
+        shards *= mesh.shape.get("tensor", 1) if kv else 1
         if allocate:
             self.memory = check_slots_fit(cfg, num_slots, max_len, cache_dtype=cache_dtype, shards=shards)
             cache = init_slots(cfg, num_slots, max_len, cache_dtype)
@@ -337,7 +340,7 @@ class SlotEngine:
         positions = starts[:, None] + t[None, :]
         seg = (t[None, :] < counts[:, None]).astype(jnp.int32)
         _, sub = model.hidden(tokens, positions, segment_ids=seg, cache=sub)
-        return put_rows(cache, rows, sub)
+        return self._pin(put_rows(cache, rows, sub))
 
     def _decode_fn(
         self,
@@ -399,8 +402,12 @@ class SlotEngine:
             return (c[0] < steps) & jnp.any(c[5]) & (jnp.sum(started & ~c[5]) < quota)
 
         _, sub, _, _, ntok, _, toks, lps = jax.lax.while_loop(more, body, init)
-        return put_rows(cache, rows, sub), toks, lps, ntok
+        return self._pin(put_rows(cache, rows, sub)), toks, lps, ntok
 
-    @staticmethod
-    def _copy_fn(cache: SlotCache, src, dst) -> SlotCache:
-        return put_rows(cache, dst, take_rows(cache, src, cache.max_len))
+    def _copy_fn(self, cache: SlotCache, src, dst) -> SlotCache:
+        return self._pin(put_rows(cache, dst, take_rows(cache, src, cache.max_len)))
+
+    def _pin(self, cache: SlotCache) -> SlotCache:
+        """The cache laid out as it came in, so the donated buffers are reused and the next call does not
+        reshard (the compiler would otherwise pick its own layout for the result)."""
+        return cache if self.mesh is None else jax.lax.with_sharding_constraint(cache, self.cache_sharding)
