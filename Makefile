@@ -5,13 +5,25 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test bench lint fmt clean
+.PHONY: demo test bench lint fmt clean libtpu
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev,parity,tools,agentgym]"
 	@touch $(STAMP)
+
+# libtpu for ahead-of-time TPU compilation on this machine (experiments/tpu_pod/aot.py): installed with
+# --target into .libtpu/, off .venv's path, so jax in .venv never tries to start a TPU backend. Only the AOT
+# command puts it on sys.path. The version is the one jax's own `tpu` extra pins.
+LIBTPU := .libtpu
+LIBTPU_PIN = $$($(BIN)/python -c 'import importlib.metadata as m; print(next(r.split(";")[0].strip() for r in m.requires("jax") if r.startswith("libtpu")))')
+
+$(LIBTPU)/.installed: $(STAMP)
+	$(BIN)/python -m pip install -q --no-deps --upgrade --target $(LIBTPU) "$(LIBTPU_PIN)"
+	@touch $@
+
+libtpu: $(LIBTPU)/.installed
 
 $(VENV)/.bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[bench]"
@@ -20,7 +32,7 @@ $(VENV)/.bench: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m experiments.demo
 
-test: $(STAMP)
+test: $(STAMP) $(LIBTPU)/.installed
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q tests
 
 bench: $(VENV)/.bench
@@ -35,4 +47,4 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix jgem tests bench experiments
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(LIBTPU) runs .pytest_cache

@@ -83,7 +83,9 @@ class Transformer(nnx.Module):
             q_slot = jnp.broadcast_to(end + jnp.arange(t, dtype=jnp.int32), (b, t))
             mask = Mask(q_slot, seg, kv_seg)
         remat, policy = remat_policy(cfg.remat)
-        step = nnx.remat(_block, policy=policy) if remat else _block
+        # rematerialisation saves activations for a backward pass: forwards over a cache (sampling) have none, and
+        # nnx.remat inside the engine's decode loop would trip flax's trace-context check
+        step = nnx.remat(_block, policy=policy) if remat and cache is None else _block
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])

@@ -143,6 +143,7 @@ class SlotEngine:
         cache_dtype: str | None = None,
         mesh: Mesh | None = None,
         batch_axes: Sequence[str] = ("data", "fsdp"),
+        allocate: bool = True,
     ) -> None:
         if num_slots < 1 or max_len < 2 or chunk_steps < 1 or extend_chunk < MIN_EXTEND_LEN:
             raise ValueError(
@@ -166,16 +167,27 @@ class SlotEngine:
                 )
             axes, shards = (), 1  # slots that do not divide the batch axes stay replicated
         self.axes, self.shards, self.per_shard = axes, shards, num_slots // shards
-        self.memory = check_slots_fit(cfg, num_slots, max_len, cache_dtype=cache_dtype, shards=shards)
-        self.rows_sharding = None
+        # slots over the batch axes, KV heads over `tensor` (as the attention that reads them is split)
+        tensor = mesh.shape.get("tensor", 1) if mesh is not None else 1
+        kv = "tensor" if tensor > 1 and cfg.num_kv_heads % tensor == 0 else None
+        self.rows_sharding = self.cache_sharding = None
         self.local_shards = [0]
         if mesh is not None:
             self.rows_sharding = NamedSharding(mesh, PartitionSpec(axes or None))
+            self.cache_sharding = NamedSharding(mesh, PartitionSpec(axes or None, kv))
             index = self.rows_sharding.addressable_devices_indices_map((num_slots,))
             self.local_shards = sorted({(ix[0].start or 0) // self.per_shard for ix in index.values()})
-        # zeros made in place on each shard: no host ever builds the whole (global) cache
-        cache = jax.jit(partial(init_slots, cfg, num_slots, max_len, cache_dtype), out_shardings=self.rows_sharding)()
         self.num_local_slots = len(self.local_shards) * self.per_shard
+        make = partial(init_slots, cfg, num_slots, max_len, cache_dtype)
+        if allocate:
+            cache_shards = shards * (tensor if kv else 1)
+            self.memory = check_slots_fit(cfg, num_slots, max_len, cache_dtype=cache_dtype, shards=cache_shards)
+            # zeros made in place on each shard: no host ever builds the whole (global) cache
+            cache = jax.jit(make, out_shardings=self.cache_sharding)()
+        else:  # ahead-of-time compilation (experiments/tpu_pod/aot.py): the cache's shapes and shardings only
+            self.memory = {"slot_bytes": slot_cache_bytes(cfg, max_len, cache_dtype)}
+            shapes = jax.eval_shape(make)
+            cache = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.cache_sharding), shapes)
         self.cache = cache
         self._traces = 0
         self._extend = jax.jit(self._extend_fn, static_argnums=(0, 1, 2), donate_argnums=(4,))
@@ -301,6 +313,45 @@ class SlotEngine:
         """Which of this process's shards holds local slot `slot` (0 without a sharded mesh)."""
         return slot // self.per_shard
 
+    # -- ahead-of-time lowering (the same programs, on abstract arguments) ----------------------------------
+
+    def lower_extend(self, model: tuple[Any, Any], rows: int, length: int, window: int) -> jax.stages.Lowered:
+        """`extend`'s program for `rows` slots (all slots: no gather) of `length` new tokens attending `window`
+        positions; `model` = (graphdef, state of ShapeDtypeStructs). Use with a cache built with allocate=False."""
+        graphdef, state = model
+        per_row = [self._spec((rows,)), self._spec((rows, length))] + [self._spec((rows,))] * 2
+        full = rows == self.num_slots
+        return self._extend.lower(graphdef, full, window, state, self.cache, *per_row)
+
+    def lower_decode(self, model: tuple[Any, Any], rows: int, window: int) -> jax.stages.Lowered:
+        """`decode`'s program (a chunk of `chunk_steps` steps) for `rows` slots attending `window` positions."""
+        graphdef, state = model
+        key = jax.eval_shape(lambda: jax.random.key(0))
+        scalar = lambda dtype: self._spec((), dtype, replicated=True)
+        return self._decode.lower(
+            graphdef,
+            self.chunk_steps,
+            rows == self.num_slots,
+            window,
+            state,
+            self.cache,
+            *[self._spec((rows,))] * 7,
+            self._spec(key.shape, key.dtype, replicated=True),
+            scalar(jnp.float32),
+            scalar(jnp.float32),
+            scalar(jnp.int32),
+            scalar(jnp.bool_),
+            self._spec(self.eos_ids.shape, replicated=True),
+        )
+
+    def _spec(self, shape: tuple[int, ...], dtype=jnp.int32, *, replicated: bool = False) -> jax.ShapeDtypeStruct:
+        """A host-fed argument as the programs get it: per-row arrays over the batch axes (`_global`), the rest
+        replicated."""
+        sharding = self.rows_sharding
+        if self.mesh is not None and replicated:
+            sharding = NamedSharding(self.mesh, PartitionSpec())
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
     def _window(self, end: int) -> int:
         """Positions a program attends: a power of two (at least MIN_WINDOW, at most the slot) holding `end`."""
         return min(self.max_len, max(MIN_WINDOW, _pow2(end)))
@@ -358,18 +409,27 @@ class SlotEngine:
         return np.concatenate([np.asarray(parts[k]) for k in sorted(parts)])
 
     def _take(self, cache: SlotCache, rows: Array | None, window: int) -> SlotCache:
+        """The first `window` positions of rows `rows` (shard-local numbers; all rows when None), shard by shard."""
         if rows is None or self.shards == 1:
             return take_rows(cache, rows, window)
-        spec = PartitionSpec(self.axes)
-        return jax.shard_map(partial(take_rows, window=window), mesh=self.mesh, in_specs=spec, out_specs=spec)(
-            cache, rows
+        cache_spec, row_spec = self.cache_sharding.spec, self.rows_sharding.spec
+        gather = jax.shard_map(
+            partial(take_rows, window=window), mesh=self.mesh, in_specs=(cache_spec, row_spec), out_specs=cache_spec
         )
+        return gather(cache, rows)
 
     def _put(self, cache: SlotCache, rows: Array | None, sub: SlotCache) -> SlotCache:
+        """Writes `_take`'s result back; the cache comes out laid out as it came in (`cache_sharding`), so its
+        donated buffers are reused and the next call does not reshard."""
         if rows is None or self.shards == 1:
-            return put_rows(cache, rows, sub)
-        spec = PartitionSpec(self.axes)
-        return jax.shard_map(put_rows, mesh=self.mesh, in_specs=spec, out_specs=spec)(cache, rows, sub)
+            out = put_rows(cache, rows, sub)
+        else:
+            cache_spec, row_spec = self.cache_sharding.spec, self.rows_sharding.spec
+            scatter = jax.shard_map(
+                put_rows, mesh=self.mesh, in_specs=(cache_spec, row_spec, cache_spec), out_specs=cache_spec
+            )
+            out = scatter(cache, rows, sub)
+        return out if self.mesh is None else jax.lax.with_sharding_constraint(out, self.cache_sharding)
 
     # -- device programs ------------------------------------------------------------------------------
 

@@ -59,7 +59,8 @@ def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mes
     if devices[0].platform == "cpu":
         dev_array = np.asarray(devices, dtype=object).reshape(shape)
     else:  # topology-aware placement (ICI rings on TPU, NVLink islands on GPU)
-        dev_array = mesh_utils.create_device_mesh(shape, devices=devices)
+        # splitting a physical axis lets e.g. tensor=8 sit on a 4x4x4 or 16x16 slice (else NotImplementedError)
+        dev_array = mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
     return Mesh(dev_array, AXES, axis_types=(AxisType.Auto,) * len(AXES))
 
 

@@ -3,6 +3,7 @@ budgets, faults, shared group prefixes, and envs that answer at their own pace."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -219,6 +220,18 @@ def test_slots_sharded_over_a_mesh_give_the_same_episodes(setup, shape):
         assert stats.decode_rows < stats.decode_chunks * 8 * 8
 
 
+def test_a_remat_model_samples_like_the_plain_one(setup):
+    """Remat policies shape the backward pass only: the engine's programs run the same with one set."""
+    _, chat, cfg, model = setup
+    ref, _ = _collect(setup, n=2, num_envs=2, seed=1, max_turns=2)
+    remat_cfg = dataclasses.replace(cfg, remat="full")
+    with EnvPool(ENV, 2, wrappers=wrappers_for_view("chat")) as pool:
+        engine = RolloutEngine(remat_cfg, pool, chat, RolloutConfig(max_new_tokens=8), env_name=ENV)
+        specs = [EpisodeSpec(i, i // 2, 100 + i // 2) for i in range(2)]
+        eps = engine.collect(model, specs, jax.random.key(1), max_turns=2)
+    assert _tokens(eps) == _tokens(ref)
+
+
 def test_sharded_slot_programs_gather_within_each_shard(setup):
     """A bucket is rows per shard: slots 0 and 5 on 2 shards of 4 run as 1 row on each shard, and padding rows
     are distinct unused rows of their shard."""
@@ -311,3 +324,40 @@ def test_a_cache_that_does_not_fit_is_refused_before_compiling(setup):
         big = RolloutConfig(max_episode_tokens=2**34)
         with pytest.raises(ValueError, match=r"cache does not fit: 2 slots x 17179869184 tokens"):
             RolloutEngine(cfg, pool, chat, big)
+
+
+def test_slots_on_a_tensor_mesh_keep_their_layout_and_tokens(setup):
+    """On a (fsdp 2, tensor 2) mesh the cache is split over slots and KV heads, every program returns it in that
+    layout (so donation reuses it and nothing recompiles), and the sampled tokens equal a meshless engine's."""
+    from jgem.sharding.mesh import MeshConfig, make_mesh
+    from jgem.sharding.rules import shard_tree
+
+    _, _, cfg, model = setup
+    mesh = make_mesh(MeshConfig(fsdp=2, tensor=2), devices=jax.devices()[:4])
+    graphdef, state = nnx.split(model)
+    out = []
+    for m, st in ((None, state), (mesh, shard_tree(state, mesh))):
+        eng = SlotEngine(cfg, num_slots=4, max_len=64, eos_ids=[1], chunk_steps=4, mesh=m)
+        eng.extend((graphdef, st), [(s, [5 + s, 6, 7, 8], 0) for s in range(4)])
+        eng.copy([0], [1])
+        toks = []
+        for _ in range(2):
+            h, _ = eng.decode(
+                (graphdef, st),
+                range(4),
+                [8] * 4,
+                [4] * 4,
+                [0] * 4,
+                [8] * 4,
+                range(4),
+                [0] * 4,
+                jax.random.key(0),
+                Sampling(),
+            )
+            toks.append([t.tolist() for t, _ in eng.fetch(h)])
+        if m is not None:
+            assert eng.cache.k[0].sharding.spec == jax.sharding.PartitionSpec(("fsdp",), "tensor")
+            assert all(x.sharding.is_equivalent_to(eng.cache_sharding, x.ndim) for x in eng.cache.k + eng.cache.v)
+            assert eng.num_compilations == 2  # one extend, one decode: the second chunk reused the first's program
+        out.append(toks)
+    assert out[0] == out[1]

@@ -1,0 +1,335 @@
+"""Compile jgem's training step and rollout programs for a TPU pod on a CPU machine, and print what they need.
+
+    python -m experiments.tpu_pod.aot --topology v5p:4x4x4 --model experiments/tpu_pod/configs/qwen3-8b.json \\
+        --episodes 256 --tokens 8192 --mesh.fsdp -1 --learner.micro-batch-size 64
+
+libtpu's deviceless path gives the topology's chips (`get_topology_desc`); the process itself stays on CPU. The
+programs are jgem's own, traced under `target_platform("tpu")` on abstract, sharded arguments (nothing of the
+model is allocated):
+- `advantages`: the trainer's advantage function (`--algorithm`, ReBN by default) over [episodes, turns];
+- `update`: `jgem.algos.learner.update` (epochs x minibatches optimizer steps, each accumulating micro-batches)
+  on the `TrainState` that `init_train_state` builds and a `TrainBatch` of the rows the trainer packs
+  (one full-length episode per row, padded as `Trainer._pad_rows` pads);
+- `extend` / `decode`: the rollout engine's `SlotEngine` programs for `--slots` slots of `--tokens` positions,
+  every slot taking part and attending the whole slot (the largest shapes the engine compiles).
+Per program it prints per-chip memory (`memory_analysis`) against the chip's HBM and the compiled FLOPs per chip
+(`cost_analysis`), with the time they imply at `--mfu`.
+
+XLA counts a loop body once: `update`'s FLOPs are scaled by its optimizer steps x micro-batches (the body
+dominates), but loops inside a micro-batch (the chunked vocab projection) stay counted once, so the compiled
+figure is a lower bound; `model_tflop` (6 x params x tokens plus causal attention) is the MFU convention's count.
+
+libtpu is looked up in $JGEM_LIBTPU_DIR, else <repo>/.libtpu (`make libtpu`), else the environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jgem.algos.advantages import compute_advantages
+from jgem.algos.learner import LearnerConfig, _micro_layout, init_train_state, update
+from jgem.algos.types import TrainBatch
+from jgem.models.config import PRESETS, ModelConfig, preset
+from jgem.models.platform import target_platform
+from jgem.models.transformer import Transformer
+from jgem.rollout.slots import SlotEngine
+from jgem.sharding.mesh import MeshConfig, batch_axis_size, make_mesh
+from jgem.sharding.rules import DEFAULT_RULES, batch_sharding, tree_shardings
+
+REPO = Path(__file__).resolve().parents[2]
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Chip:
+    hbm_bytes: int
+    peak_bf16_flops: float
+
+
+# per chip: HBM and peak bf16 FLOP/s (Cloud TPU documentation)
+CHIPS = {
+    "v4": Chip(32 * GIB, 275e12),
+    "v5e": Chip(16 * GIB, 197e12),
+    "v5p": Chip(95 * GIB, 459e12),
+    "v6e": Chip(32 * GIB, 918e12),
+}
+
+
+@dataclass(frozen=True)
+class AotConfig:
+    """A pod run's shapes; the CLI is tyro over this (`--mesh.fsdp 16 --learner.micro-batch-size 64`)."""
+
+    topology: str = "v5e:2x2"  # <chip>:<shape>, e.g. v5p:4x4x4, v5e:16x16
+    model: str = "tiny"  # an HF config.json (or a directory holding one), or a jgem preset name
+    dtype: str = "bfloat16"  # compute dtype
+    param_dtype: str = "float32"  # params and Adam moments
+    remat: bool = True  # rematerialise each decoder block in the backward pass
+    algorithm: str = "rebn"
+    episodes: int = 256  # episodes per step, one row each
+    tokens: int = 8192  # tokens per episode: the row length, and the rollout slot length
+    turns: int = 16  # turns per episode (the advantages' [episodes, turns] arrays)
+    mesh: MeshConfig = field(default_factory=lambda: MeshConfig(fsdp=-1))
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    slots: int | None = None  # rollout slots (one per env); default: episodes
+    chunk_steps: int = 8  # decode steps per chunk
+    extend_chunk: int = 512  # prefill tokens per slot per extend call
+    programs: tuple[str, ...] = ("advantages", "update", "extend", "decode")
+    mfu: float = 0.4  # the model-FLOPs utilisation the step times assume
+    json: str | None = None  # append one JSON line per program to this file
+
+
+def use_libtpu() -> None:
+    """Keep this process on CPU and let jax find libtpu for the topology (loaded lazily, on first use)."""
+    jax.config.update("jax_platforms", "cpu")
+    lib = os.environ.get("JGEM_LIBTPU_DIR") or str(REPO / ".libtpu")
+    if os.path.isdir(lib) and lib not in sys.path:
+        sys.path.insert(0, lib)
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")  # no TPU VM metadata here: quiets libtpu's init
+    # compile-only: no chip is opened, so other processes (another compile, a test) may load libtpu at once
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+
+
+def topology_devices(name: str) -> list:
+    from jax.experimental import topologies
+
+    try:
+        return list(topologies.get_topology_desc(platform="tpu", topology_name=name).devices)
+    except Exception as e:  # no libtpu, or a name it does not know
+        raise SystemExit(
+            f"cannot describe TPU topology {name!r}: {e}\nBuild libtpu with `make libtpu` (it goes to .libtpu/, off "
+            "the default path) or set JGEM_LIBTPU_DIR; topology names look like v5e:2x2, v5p:4x4x4, v6e:8x8"
+        ) from e
+
+
+def chip_of(topology: str) -> Chip:
+    kind = topology.split(":")[0].split("-")[0]
+    if kind not in CHIPS:
+        raise SystemExit(f"unknown chip {kind!r} in topology {topology!r}; known: {sorted(CHIPS)}")
+    return CHIPS[kind]
+
+
+def model_config(cfg: AotConfig) -> ModelConfig:
+    opts = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype, remat=cfg.remat)
+    if cfg.model in PRESETS:
+        return preset(cfg.model, **opts)
+    return ModelConfig.from_hf(cfg.model, **opts)
+
+
+def with_shardings(shapes, shardings):
+    return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
+
+
+def abstract_model(mcfg: ModelConfig):
+    """(graphdef, state of ShapeDtypeStructs) of a Transformer: shapes without allocating a parameter."""
+    return nnx.split(nnx.eval_shape(lambda: Transformer(mcfg, rngs=nnx.Rngs(0))))
+
+
+def abstract_train_state(mcfg: ModelConfig, lcfg: LearnerConfig, mesh):
+    """The `TrainState` that `init_train_state(model, lcfg, mesh)` returns, as sharded ShapeDtypeStructs."""
+    graphdef, state = abstract_model(mcfg)
+    shapes = jax.eval_shape(lambda st: init_train_state(nnx.merge(graphdef, st), lcfg), state)
+    shapes = shapes.replace(mesh=mesh)
+    return with_shardings(shapes, tree_shardings(shapes, mesh, shapes.rules))
+
+
+def train_batch(cfg: AotConfig, mesh) -> TrainBatch:
+    """The TrainBatch the trainer packs from `episodes` full-length episodes: rows padded to a power-of-two
+    multiple of minibatches x (micro-batch size or data*fsdp), as `Trainer._pad_rows` pads them."""
+    d = cfg.learner.minibatches * (cfg.learner.micro_batch_size or batch_axis_size(mesh))
+    rows = (1 << max(0, (math.ceil(cfg.episodes / d) - 1).bit_length())) * d
+    sh = batch_sharding(mesh, 2)
+    spec = lambda dtype: jax.ShapeDtypeStruct((rows, cfg.tokens), dtype, sharding=sh)
+    return TrainBatch(
+        tokens=spec(jnp.int32),
+        positions=spec(jnp.int32),
+        segment_ids=spec(jnp.int32),
+        loss_mask=spec(jnp.bool_),
+        advantages=spec(jnp.float32),
+        old_logprobs=spec(jnp.float32),
+        ref_logprobs=spec(jnp.float32) if cfg.learner.kl_coef else None,
+    )
+
+
+def model_flops(mcfg: ModelConfig, tokens: int, seq: int, *, train: bool) -> float:
+    """The MFU convention's FLOPs: 2 (forward) or 6 (training) x matmul params x tokens, plus causal attention
+    (q.k and p.v over on average seq/2 keys)."""
+    embed = mcfg.vocab_size * mcfg.hidden_size
+    matmul_params = mcfg.num_params - embed * (0 if mcfg.tie_word_embeddings else 1)  # the lookup is no matmul
+    attn = 2 * 2 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * (seq / 2)
+    return (3 if train else 1) * (2 * matmul_params + attn) * tokens
+
+
+def measure(name: str, lowered, chip: Chip, chips: int, mfu: float, *, loops: int, model_tflop: float) -> dict:
+    t0 = time.perf_counter()
+    try:
+        compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as e:  # the TPU compiler refuses a program that does not fit
+        need = re.search(r"HLO temporaries \(([\d.]+)([KMGT])\)", str(e))
+        if "RESOURCE_EXHAUSTED" not in str(e) or need is None:
+            raise
+        temp = float(need.group(1)) * 2 ** (10 * "KMGT".index(need.group(2)) + 10)
+        return {
+            "program": name,
+            "temp_gib": temp / GIB,
+            "total_gib": None,
+            "hbm_gib": chip.hbm_bytes / GIB,
+            "fits": False,
+            "error": str(e).splitlines()[0][:300],
+            "model_tflop_per_chip": model_tflop / chips / 1e12,
+            "time_s_at_mfu": model_tflop / chips / (chip.peak_bf16_flops * mfu),
+            "compile_s": time.perf_counter() - t0,
+        }
+    compile_s = time.perf_counter() - t0
+    m = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    total = (
+        m.argument_size_in_bytes
+        + m.output_size_in_bytes
+        - m.alias_size_in_bytes
+        + m.temp_size_in_bytes
+        + m.generated_code_size_in_bytes
+    )
+    flops = float(cost.get("flops", 0.0)) * loops
+    return {
+        "program": name,
+        "argument_gib": m.argument_size_in_bytes / GIB,
+        "output_gib": m.output_size_in_bytes / GIB,
+        "alias_gib": m.alias_size_in_bytes / GIB,
+        "temp_gib": m.temp_size_in_bytes / GIB,
+        "code_gib": m.generated_code_size_in_bytes / GIB,
+        "total_gib": total / GIB,
+        "hbm_gib": chip.hbm_bytes / GIB,
+        "fits": total <= chip.hbm_bytes,
+        "compiled_tflop_per_chip": flops / 1e12,
+        "loop_factor": loops,
+        "model_tflop_per_chip": model_tflop / chips / 1e12,
+        "time_s_at_mfu": model_tflop / chips / (chip.peak_bf16_flops * mfu),
+        "compile_s": compile_s,
+    }
+
+
+def run(cfg: AotConfig) -> list[dict]:
+    use_libtpu()
+    devices = topology_devices(cfg.topology)
+    chip = chip_of(cfg.topology)
+    mesh = make_mesh(cfg.mesh, devices=devices)
+    mcfg = model_config(cfg)
+    head = {
+        "topology": cfg.topology,
+        "chips": len(devices),
+        "mesh": dict(mesh.shape),
+        "model": cfg.model,
+        "params_b": mcfg.num_params / 1e9,
+        "episodes": cfg.episodes,
+        "tokens": cfg.tokens,
+        "micro_batch_size": cfg.learner.micro_batch_size,
+        "remat": cfg.remat,
+        "mfu": cfg.mfu,
+    }
+    print(json.dumps(head))
+    out = []
+    replicated = NamedSharding(mesh, PartitionSpec())
+    measure_ = lambda name, lowered, **kw: {**head, **measure(name, lowered, chip, len(devices), cfg.mfu, **kw)}
+    with target_platform("tpu"):
+        if "advantages" in cfg.programs:
+            E, K = cfg.episodes, cfg.turns
+            spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=replicated)
+            adv = jax.jit(lambda r, m, g: compute_advantages(cfg.algorithm, r, m, group_ids=g).advantages)
+            lowered = adv.lower(spec((E, K), jnp.float32), spec((E, K), jnp.bool_), spec((E,), jnp.int32))
+            out.append(measure_("advantages", lowered, loops=1, model_tflop=0.0))
+            _print(head, out[-1])
+        if "update" in cfg.programs:
+            state = abstract_train_state(mcfg, cfg.learner, mesh)
+            batch = train_batch(cfg, mesh)
+            M, n, r = _micro_layout(batch, cfg.learner, mesh)
+            steps = cfg.learner.epochs * M * n
+            tokens = cfg.learner.epochs * batch.tokens.shape[0] * cfg.tokens
+            lowered = update.lower(state, batch)
+            tf = model_flops(mcfg, tokens, cfg.tokens, train=True)
+            res = measure_("update", lowered, loops=steps, model_tflop=tf)
+            res.update(rows=batch.tokens.shape[0], micro_batches=steps, rows_per_micro_batch=r)
+            out.append(res)
+            _print(head, res)
+        if {"extend", "decode"} & set(cfg.programs):
+            slots = cfg.slots or cfg.episodes
+            engine = SlotEngine(
+                mcfg,
+                num_slots=slots,
+                max_len=cfg.tokens,
+                eos_ids=[0],
+                chunk_steps=cfg.chunk_steps,
+                extend_chunk=cfg.extend_chunk,
+                mesh=mesh,
+                allocate=False,
+            )
+            # no remat when sampling: there is no backward pass (and nnx.remat inside decode's while_loop fails
+            # to trace today: TraceContextError)
+            graphdef, st = abstract_model(mcfg.replace(remat=False))
+            model = (graphdef, with_shardings(st, tree_shardings(st, mesh, DEFAULT_RULES)))
+            if "extend" in cfg.programs:
+                length = engine.extend_chunk
+                lowered = engine.lower_extend(model, slots, length, cfg.tokens)
+                tf = model_flops(mcfg, slots * length, cfg.tokens, train=False)
+                res = measure_("extend", lowered, loops=1, model_tflop=tf)
+                res.update(slots=slots, new_tokens=length, window=cfg.tokens)
+                out.append(res)
+                _print(head, res)
+            if "decode" in cfg.programs:
+                lowered = engine.lower_decode(model, slots, cfg.tokens)
+                tf = model_flops(mcfg, slots * cfg.chunk_steps, cfg.tokens, train=False)
+                # the while loop's body (one decode step) is counted once: scale to the chunk
+                res = measure_("decode", lowered, loops=cfg.chunk_steps, model_tflop=tf)
+                res.update(slots=slots, steps=cfg.chunk_steps, window=cfg.tokens)
+                out.append(res)
+                _print(head, res)
+    return out
+
+
+def _print(head: dict, res: dict) -> None:
+    if res["total_gib"] is None:
+        print(
+            f"{res['program']:>10}: DOES NOT FIT: the compiler needs {res['temp_gib']:.2f} GiB of temporaries per chip "
+            f"({res['hbm_gib']:.0f} GiB HBM) | {res['model_tflop_per_chip']:.2f} model TFLOP/chip; "
+            f"{res['time_s_at_mfu']:.3f} s at MFU {head['mfu']} | {res['compile_s']:.0f} s",
+            flush=True,
+        )
+        return
+    print(
+        f"{res['program']:>10}: {res['total_gib']:7.2f} GiB / {res['hbm_gib']:.0f} GiB per chip "
+        f"({'fits' if res['fits'] else 'DOES NOT FIT'}; args {res['argument_gib']:.2f}, out {res['output_gib']:.2f}, "
+        f"alias {res['alias_gib']:.2f}, temp {res['temp_gib']:.2f}, code {res['code_gib']:.3f}) | "
+        f"{res['compiled_tflop_per_chip']:.2f} TFLOP/chip compiled, {res['model_tflop_per_chip']:.2f} model; "
+        f"{res['time_s_at_mfu']:.3f} s at MFU {head['mfu']} | compiled in {res['compile_s']:.0f} s",
+        flush=True,
+    )
+
+
+def main() -> None:
+    import tyro
+
+    cfg = tyro.cli(AotConfig)
+    results = run(cfg)
+    if cfg.json:
+        with open(cfg.json, "a") as f:
+            for res in results:
+                f.write(json.dumps({**dataclasses.asdict(cfg), **res}, default=str) + "\n")
+    if not all(r["fits"] for r in results):
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()
