@@ -222,9 +222,10 @@ def test_slots_sharded_over_a_mesh_give_the_same_episodes(setup, shape):
 
 def test_a_remat_model_samples_like_the_plain_one(setup):
     """Remat policies shape the backward pass only: the engine's programs run the same with one set."""
-    _, chat, cfg, model = setup
+    _, chat, cfg, _ = setup
     ref, _ = _collect(setup, n=2, num_envs=2, seed=1, max_turns=2)
     remat_cfg = dataclasses.replace(cfg, remat="full")
+    model = Transformer(remat_cfg, rngs=nnx.Rngs(0))  # the setup's params, with a remat policy
     with EnvPool(ENV, 2, wrappers=wrappers_for_view("chat")) as pool:
         engine = RolloutEngine(remat_cfg, pool, chat, RolloutConfig(max_new_tokens=8), env_name=ENV)
         specs = [EpisodeSpec(i, i // 2, 100 + i // 2) for i in range(2)]
