@@ -39,6 +39,8 @@ from jgem.sharding.mesh import batch_axis_size, make_mesh
 from jgem.sharding.rules import shard_batch
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
+# The trainer's host state in every checkpoint (beside the run config): all a resume needs besides the device state
+HOST_KEYS = ("step", "episodes", "warm_start_done")
 MAX_TURNS_CAP = 1000  # with no curriculum, the env's own limit applies; this only bounds a runaway env
 
 
@@ -147,6 +149,7 @@ class Trainer:
         self._ref_logprobs = jax.jit(self._reference_logprobs)
         minibatches = math.lcm(cfg.learner.minibatches, cfg.warm_start.minibatches)
         self.batch_divisor = minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
+        # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
 
     # -- construction ------------------------------------------------------------------------------
@@ -481,7 +484,7 @@ class Trainer:
             restored = ckpt.restore_latest(self.state) if cfg.resume else None
             if restored is not None:
                 self.state = restored.state
-                self.host = {k: v for k, v in restored.host.items() if k not in ("config", "config_fingerprint")}
+                self.host = {k: restored.host[k] for k in HOST_KEYS}
                 progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}")
             # one log line per step; the warm start logs at steps 1 - W .. 0, the initial eval before it at -W
             warm = cfg.warm_start.steps
