@@ -54,6 +54,7 @@ class EnvConfig:
     remote_urls: tuple[str, ...] = ()
     remote_token: str | None = None
     system_prompt: str | None = None
+    imports: tuple[str, ...] = ()  # modules imported first: they register custom env ids (`--import` on the CLI)
     # Tools around every env (docs/tools.md): any of "python", "search", "mcp", tried in this order
     tools: tuple[str, ...] = ()
     max_tool_uses: int | None = 5  # tool calls per episode (None: unlimited); they do not use env turns
@@ -177,8 +178,9 @@ def range_errors(cfg: TrainConfig) -> list[str]:
 
 def validate(cfg: TrainConfig, num_devices: int) -> None:
     """Fail fast, before anything compiles, on a config that cannot run; messages say what to change."""
-    from jgem.registry import spec
+    from jgem.registry import import_modules, spec
 
+    import_modules(cfg.env.imports)  # before the env id is looked up
     errors = []
     if cfg.algorithm not in ALGORITHMS:
         errors.append(f"algorithm {cfg.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}")

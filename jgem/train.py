@@ -139,6 +139,7 @@ class Trainer:
             wrappers=tool_wrapper(cfg.env) + tuple(wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt)),
             remote_urls=cfg.env.remote_urls,
             remote_token=cfg.env.remote_token,
+            imports=cfg.env.imports,
         )
         self.engine = RolloutEngine(
             self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.mesh
@@ -465,6 +466,7 @@ class Trainer:
                 "checkpoint_every",
                 "keep_checkpoints",
                 "eval_max_turns",
+                "env.imports",  # where env ids come from, not which env; older runs lack it
                 "learner.keep_logits_mb",  # memory vs speed only (the same log-probs); older runs lack it
                 "rollout.chunk_steps",  # how the engine schedules work, not what it samples
                 "rollout.extend_chunk",
