@@ -435,8 +435,11 @@ class Trainer:
         self.host["warm_start_done"] = True
 
     def evaluate(self, step: int) -> dict[str, float]:
-        """Eval metrics, with the horizon evaluation ran at and the training horizon of `step`."""
-        return episode_metrics(self.collect(step, eval=True), "eval") | {
+        """Eval metrics on the held-out seeds, with the horizon evaluation ran at and the training horizon of `step`."""
+        return self.eval_metrics(step, self.collect(step, eval=True))
+
+    def eval_metrics(self, step: int, episodes: list[Episode]) -> dict[str, float]:
+        return episode_metrics(episodes, "eval") | {
             "eval/max_turns": float(self.horizon(step, eval=True)),
             "eval/train_max_turns": float(self.horizon(step)),
         }
