@@ -1,8 +1,10 @@
 """Checkpoints: orbax `CheckpointManager` over the device TrainState plus a JSON host state.
 
 Each step directory holds `state` (any pytree of jax arrays, saved asynchronously; sharded arrays
-restore onto the shardings of the target you pass) and `host` (JSON: step, curriculum stage,
-collector RNG state, env seed counters, metrics cursor, and the run config with its fingerprint).
+restore onto the shardings of the target you pass) and `host` (JSON: `step`, the caller's host dict, and the
+run config with its fingerprint). The trainer's host dict is `Trainer.host` (jgem/train.py, keys `HOST_KEYS`):
+`step`, `episodes` and `warm_start_done`. Nothing else is needed to resume exactly: episode seeds, the
+sampling key and the curriculum stage are functions of the step, and the metrics log is rewound to it.
 Orbax writes a step into a temporary directory and renames it only when complete, so a run killed
 mid-save never leaves a step that `latest_step` would pick up. Resuming under a different config
 is refused with the list of fields that differ.
@@ -23,7 +25,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
 
@@ -111,18 +112,6 @@ def config_diff(saved: dict[str, Any], current: dict[str, Any], ignore: tuple[st
         if a != b:
             lines.append(f"{key}: checkpoint={a!r} now={b!r}")
     return lines
-
-
-def rng_state(rng: np.random.Generator) -> dict[str, Any]:
-    """A JSON-able snapshot of a numpy Generator (e.g. the collector's), for the host state."""
-    return rng.bit_generator.state
-
-
-def rng_from_state(state: dict[str, Any]) -> np.random.Generator:
-    """The Generator `rng_state` captured, continuing its stream exactly."""
-    bit_generator = getattr(np.random, state["bit_generator"])()
-    bit_generator.state = state
-    return np.random.Generator(bit_generator)
 
 
 class Checkpointer:

@@ -54,6 +54,7 @@ class EnvConfig:
     remote_urls: tuple[str, ...] = ()
     remote_token: str | None = None
     system_prompt: str | None = None
+    imports: tuple[str, ...] = ()  # modules imported first: they register custom env ids (`--import` on the CLI)
     # Tools around every env (docs/tools.md): any of "python", "search", "mcp", tried in this order
     tools: tuple[str, ...] = ()
     max_tool_uses: int | None = 5  # tool calls per episode (None: unlimited); they do not use env turns
@@ -133,6 +134,35 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
+def config_from_dict(cls: type, d: dict[str, Any]) -> Any:
+    """The (nested) config dataclass `cls` from its `to_dict()` / config.json form: lists become tuples, nested
+    dicts become their dataclasses, fields the dict lacks keep their defaults (runs older than a new field)."""
+    import typing
+
+    hints = typing.get_type_hints(cls, include_extras=False)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no fields {unknown}; was the config written by a newer jgem?")
+    kwargs = {}
+    for name, value in d.items():
+        kind = hints[name]
+        if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+            value = config_from_dict(kind, value)
+        elif isinstance(value, list):
+            value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def load_run_config(run_dir: str | Path) -> TrainConfig:
+    """The TrainConfig a run was started with (its `config.json`)."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; pass a run directory written by experiments.train")
+    return config_from_dict(TrainConfig, json.loads(path.read_text()))
+
+
 def _in(value: Any, lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> bool:
     """`value` is a real number (never NaN or a bool) in the interval; open ends as asked."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
@@ -180,8 +210,9 @@ def range_errors(cfg: TrainConfig) -> list[str]:
 
 def validate(cfg: TrainConfig, num_devices: int) -> None:
     """Fail fast, before anything compiles, on a config that cannot run; messages say what to change."""
-    from jgem.registry import spec
+    from jgem.registry import import_modules, spec
 
+    import_modules(cfg.env.imports)  # before the env id is looked up
     errors = []
     if cfg.algorithm not in ALGORITHMS:
         errors.append(f"algorithm {cfg.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}")

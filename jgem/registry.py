@@ -6,7 +6,7 @@ import contextlib
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +45,18 @@ def register(env_id: str, entry_point: str | Callable[..., Env], *, overwrite: b
     if not overwrite and env_id in _REGISTRY:
         raise ValueError(f"env id {env_id!r} is already registered; pass overwrite=True to replace it")
     _REGISTRY[env_id] = EnvSpec(env_id, entry_point, dict(kwargs))
+
+
+def import_modules(modules: Sequence[str]) -> None:
+    """Import each module (e.g. one that calls `register` for custom env ids), naming the one that fails."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ImportError(
+                f"cannot import {module!r} (given to register env ids): {e}; check the name and that its "
+                "package is on PYTHONPATH"
+            ) from e
 
 
 def _load_builtins() -> None:

@@ -39,6 +39,8 @@ from jgem.sharding.mesh import batch_axis_size, make_mesh
 from jgem.sharding.rules import shard_batch
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
+# The trainer's host state in every checkpoint (beside the run config): all a resume needs besides the device state
+HOST_KEYS = ("step", "episodes", "warm_start_done")
 MAX_TURNS_CAP = 1000  # with no curriculum, the env's own limit applies; this only bounds a runaway env
 
 
@@ -137,6 +139,7 @@ class Trainer:
             wrappers=tool_wrapper(cfg.env) + tuple(wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt)),
             remote_urls=cfg.env.remote_urls,
             remote_token=cfg.env.remote_token,
+            imports=cfg.env.imports,
         )
         self.engine = RolloutEngine(
             self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.mesh
@@ -147,6 +150,7 @@ class Trainer:
         self._ref_logprobs = jax.jit(self._reference_logprobs)
         minibatches = math.lcm(cfg.learner.minibatches, cfg.warm_start.minibatches)
         self.batch_divisor = minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
+        # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
 
     # -- construction ------------------------------------------------------------------------------
@@ -436,8 +440,11 @@ class Trainer:
         self.host["warm_start_done"] = True
 
     def evaluate(self, step: int) -> dict[str, float]:
-        """Eval metrics, with the horizon evaluation ran at and the training horizon of `step`."""
-        return episode_metrics(self.collect(step, eval=True), "eval") | {
+        """Eval metrics on the held-out seeds, with the horizon evaluation ran at and the training horizon of `step`."""
+        return self.eval_metrics(step, self.collect(step, eval=True))
+
+    def eval_metrics(self, step: int, episodes: list[Episode]) -> dict[str, float]:
+        return episode_metrics(episodes, "eval") | {
             "eval/max_turns": float(self.horizon(step, eval=True)),
             "eval/train_max_turns": float(self.horizon(step)),
         }
@@ -467,6 +474,7 @@ class Trainer:
                 "checkpoint_every",
                 "keep_checkpoints",
                 "eval_max_turns",
+                "env.imports",  # where env ids come from, not which env; older runs lack it
                 "learner.keep_logits_mb",  # memory vs speed only (the same log-probs); older runs lack it
                 "rollout.chunk_steps",  # how the engine schedules work, not what it samples
                 "rollout.extend_chunk",
@@ -486,7 +494,7 @@ class Trainer:
             restored = ckpt.restore_latest(self.state) if cfg.resume else None
             if restored is not None:
                 self.state = restored.state
-                self.host = {k: v for k, v in restored.host.items() if k not in ("config", "config_fingerprint")}
+                self.host = {k: restored.host[k] for k in HOST_KEYS}
                 progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}")
             # one log line per step; the warm start logs at steps 1 - W .. 0, the initial eval before it at -W
             warm = cfg.warm_start.steps

@@ -25,8 +25,6 @@ from jgem.checkpoint import (
     config_diff,
     config_fingerprint,
     flatten_config,
-    rng_from_state,
-    rng_state,
 )
 
 
@@ -64,30 +62,41 @@ def assert_tree_equal(a, b):
 
 
 def test_round_trip_and_host_state(tmp_path):
-    host = {"curriculum_stage": 1, "collector_rng": {"state": [1, 2, 3]}, "env_seeds": {"a": 7}, "metrics_cursor": 42}
+    host = {"episodes": 12, "warm_start_done": True, "extra": {"a": 7}}
     with Checkpointer(CheckpointConfig(str(tmp_path)), run_config=RunCfg()) as ck:
         assert ck.restore_latest(make_state(0)) is None  # fresh run
         ck.save(3, make_state(3), host)
         host_sent = json.loads(json.dumps(host))
-        host["env_seeds"]["a"] = 8  # mutated while the save may still be running
+        host["extra"]["a"] = 8  # mutated while the save may still be running
         ck.wait()
         r = ck.restore_latest(make_state(0))
     assert r.step == 3
     assert_tree_equal(r.state, make_state(3))
-    assert {k: r.host[k] for k in host} == host_sent and r.host["step"] == 3
-    assert r.host["config_fingerprint"] == config_fingerprint(RunCfg())
+    assert r.host == {
+        "step": 3,
+        **host_sent,
+        "config": flatten_config(RunCfg()),
+        "config_fingerprint": config_fingerprint(RunCfg()),
+    }
     with pytest.raises(TypeError, match="JSON"), Checkpointer(CheckpointConfig(str(tmp_path / "x"))) as ck:
         ck.save(0, make_state(0), {"bad": np.zeros(2)})
 
 
-def test_collector_rng_survives_a_checkpoint(tmp_path):
-    rng = np.random.default_rng(123)
-    rng.integers(10, size=5)
-    with Checkpointer(CheckpointConfig(str(tmp_path))) as ck:
-        ck.save(0, make_state(0), {"collector_rng": rng_state(rng)})
-        ck.wait()
-        resumed = rng_from_state(ck.restore_latest(make_state(0)).host["collector_rng"])
-    np.testing.assert_array_equal(resumed.integers(1 << 30, size=8), rng.integers(1 << 30, size=8))
+def test_the_trainer_saves_its_host_state_and_config(tmp_path):
+    from jgem.train import HOST_KEYS, Trainer
+    from tests.train_utils import small_config
+
+    cfg = small_config(str(tmp_path / "run"), steps=1, episodes_per_step=2)
+    trainer = Trainer(cfg)
+    trainer.run()
+    ck = Checkpointer(CheckpointConfig(str(tmp_path / "run" / "checkpoints")))
+    assert ck.all_steps() == [1]
+    r = ck.restore(1, trainer.state)
+    ck.close()
+    assert set(r.host) == {*HOST_KEYS, "config", "config_fingerprint"}
+    assert {k: r.host[k] for k in HOST_KEYS} == {"step": 1, "episodes": 2, "warm_start_done": True}
+    assert r.host == {**trainer.host, "config": flatten_config(cfg), "config_fingerprint": config_fingerprint(cfg)}
+    assert_tree_equal(r.state.params, trainer.state.params)
 
 
 def test_keep_last_k(tmp_path):

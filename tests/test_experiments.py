@@ -9,6 +9,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -199,12 +200,15 @@ def test_quickstart_train_commands_parse_and_validate():
     import tyro
 
     from experiments.configs import PRESETS
+    from experiments.train import pop_imports
     from jgem.config import validate
 
     cmds = _documented_train_commands()
     assert len(cmds) >= 6
     for env, argv in cmds:
+        modules, argv = pop_imports(argv)
         cfg = tyro.extras.overridable_config_cli(PRESETS, args=argv, console_outputs=False)
+        cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, imports=(*cfg.env.imports, *modules)))
         if cfg.model.path is not None:  # the documented paths are placeholders for the user's checkpoint
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=None))
         validate(cfg, int(env.get("JAX_NUM_CPU_DEVICES", "1")))
@@ -231,3 +235,33 @@ def test_env_kwargs_from_the_cli(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["experiments.train", "tiny", "--env.env-kwargs", "[1]"])
     with pytest.raises(SystemExit):
         train_cli.main()
+
+
+def test_pop_imports_takes_every_import_flag():
+    from experiments.train import pop_imports
+
+    argv = ["tiny", "--import", "a.b", "--steps", "2", "--import=c", "--env.env-id", "x:y"]
+    assert pop_imports(argv) == (["a.b", "c"], ["tiny", "--steps", "2", "--env.env-id", "x:y"])
+    with pytest.raises(SystemExit, match="module name"):
+        pop_imports(["tiny", "--import", "--steps", "2"])
+
+
+@pytest.mark.slow
+def test_a_custom_env_trains_from_the_cli_with_import(tmp_path):
+    """`--import tests.custom_envs` registers an id jgem does not know, in the trainer and in process workers;
+    without it the same command is refused naming the id."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "experiments.train", "tiny", "--env.env-id", "test-custom:TinyGuess-v0"]
+    cmd += ["--steps", "1", "--episodes-per-step", "4", "--env.num-envs", "4", "--env.backend", "process"]
+    cmd += ["--warm-start.steps", "0", "--eval-every", "0", "--no-plot", "--no-console", "--run-dir", str(run)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    refused = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "unknown env id 'test-custom:TinyGuess-v0'" in refused.stderr
+    done = subprocess.run([*cmd, "--import", "tests.custom_envs"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 1
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["env"]["env_id"] == "test-custom:TinyGuess-v0" and saved["env"]["imports"] == ["tests.custom_envs"]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r for r in rows if r.get("step") == 1][0]["rollout/max_turns"] == 2.0  # TinyGuess's own limit

@@ -88,8 +88,13 @@ class EnvFactory:
     remote_token: str | None = None
     remote_timeout: float = 30.0
     remote_fallbacks: tuple[str, ...] = ()  # other servers to move to when this one is gone
+    imports: tuple[str, ...] = ()  # modules that register `env`'s id, imported first (process workers need it)
 
     def __call__(self) -> Env:
+        if self.imports:
+            from jgem.registry import import_modules
+
+            import_modules(self.imports)
         if self.remote_url is not None:
             from jgem.envs.remote.client import RemoteEnv
 
@@ -441,6 +446,7 @@ class EnvPool:
         wrappers: Sequence[Callable[[Env], Env]] = (),
         remote_urls: Sequence[str] = (),
         remote_token: str | None = None,
+        imports: Sequence[str] = (),
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
@@ -451,9 +457,11 @@ class EnvPool:
             raise ValueError(f"step_timeout must be positive seconds or None, got {step_timeout}")
         if num_workers is not None and num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        imports = tuple(imports)
         if isinstance(env, str) and backend != "remote":
-            from jgem.registry import spec
+            from jgem.registry import import_modules, spec
 
+            import_modules(imports)
             spec(env)  # unknown ids fail here, with suggestions, not inside a worker
         self.num_envs = num_envs
         self.batch_size = batch_size
@@ -468,9 +476,9 @@ class EnvPool:
         if backend == "inline":
             if step_timeout is not None:
                 raise ValueError("the inline backend cannot time out a step; use backend='thread' or 'process'")
-            self._backend: Any = _InlineBackend([EnvFactory(env, env_kwargs, wrappers)] * num_envs)
+            self._backend: Any = _InlineBackend([EnvFactory(env, env_kwargs, wrappers, imports=imports)] * num_envs)
         elif backend == "thread":
-            factories = [EnvFactory(env, env_kwargs, wrappers)] * num_envs
+            factories = [EnvFactory(env, env_kwargs, wrappers, imports=imports)] * num_envs
             self._backend = _ThreadBackend(factories, num_workers or num_envs, step_timeout)
         elif backend == "remote":
             if not isinstance(env, str):
@@ -496,7 +504,7 @@ class EnvPool:
         elif backend == "process":
             from jgem.envs.pool_workers import ProcessBackend
 
-            factory = EnvFactory(env, env_kwargs, wrappers)
+            factory = EnvFactory(env, env_kwargs, wrappers, imports=imports)
             self._backend = ProcessBackend(factory, num_envs, num_workers or _default_processes(num_envs), step_timeout)
         else:
             raise ValueError(f"unknown backend {backend!r}; choose 'inline', 'thread', 'process' or 'remote'")

@@ -207,16 +207,27 @@ def test_rg_ids_cover_reasoning_gym():
     assert {f"rg:{n}" for n in RG_DATASETS} == set(jgem.list_envs("rg:"))
 
 
+# Datasets that publish no reference answer (many valid solutions, scored by a verifier): answer is None.
+RG_WITHOUT_REFERENCE = {"boxnet", "graph_color", "propositional_logic", "rubiks_cube", "rush_hour"}
+
+
 @pytest.mark.slow
-def test_every_rg_id_builds_and_scores():
+def test_every_rg_id_scores_its_reference_answer_1():
     from jgem.envs.suites import RG_DATASETS
 
+    wrong, no_reference = [], set()
     for name in RG_DATASETS:
         env = jgem.make(f"rg:{name}", size=3)
         obs, _ = env.reset(seed=0)
         assert isinstance(obs, str) and len(obs) > 20, name
-        _, r, term, _, _ = env.step(boxed(str(env.row["answer"])))
-        assert term and 0.0 <= r <= 1.0, name
+        if env.row["answer"] is None:
+            no_reference.add(name)
+            continue
+        _, r, term, _, info = env.step(boxed(str(env.row["answer"])))
+        if not (term and r == 1.0 and info["correct"]):
+            wrong.append(f"{name}: {r}")
+    assert wrong == []
+    assert no_reference == RG_WITHOUT_REFERENCE
 
 
 @pytest.mark.parametrize("name", ["basic_arithmetic", "leg_counting", "word_sorting", "spell_backward", "gsm_symbolic"])

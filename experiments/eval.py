@@ -1,0 +1,155 @@
+"""Evaluate a trained policy: `python -m experiments.eval RUN_DIR_OR_CHECKPOINT [--env-id ID] [--episodes N]
+[--greedy | --no-greedy] [--out results.json]`.
+
+RUN_DIR restores the run's latest checkpoint; RUN_DIR/checkpoints/STEP restores that step. The policy plays the
+trainer's held-out eval seeds (of the run's env, or of `--env-id`) through the trainer's own evaluation path
+(`Trainer.collect(step, eval=True)`), to the env's turn limit unless `--max-turns` is given. Prints a table and,
+with `--out`, writes the metrics and every episode as JSON. Defaults (episodes, greedy) are the run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def resolve(path: str | Path) -> tuple[Path, int | None]:
+    """(run dir, checkpoint step or None for the latest) from a run dir or a `run/checkpoints/STEP` dir."""
+    p = Path(path)
+    if (p / "config.json").is_file():
+        return p, None
+    if p.name.isdigit() and p.parent.name == "checkpoints" and (p.parent.parent / "config.json").is_file():
+        return p.parent.parent, int(p.name)
+    raise FileNotFoundError(
+        f"{path} is neither a run directory (with config.json) nor a checkpoint step (RUN_DIR/checkpoints/STEP)"
+    )
+
+
+def load_trainer(path: str | Path, **overrides: Any):
+    """A Trainer built from the run's config (with `overrides` of TrainConfig fields; `env` takes a dict of
+    EnvConfig fields) holding the policy of the checkpoint `path` names. Returns (trainer, step)."""
+    from jgem.checkpoint import CheckpointConfig, Checkpointer
+    from jgem.config import load_run_config
+    from jgem.train import Trainer
+
+    run_dir, step = resolve(path)
+    cfg = load_run_config(run_dir)
+    env = overrides.pop("env", {})
+    # the warm start is history here (its solver need not exist for another env); nothing is written to run_dir
+    cfg = dataclasses.replace(
+        cfg,
+        env=dataclasses.replace(cfg.env, **env),
+        warm_start=dataclasses.replace(cfg.warm_start, steps=0),
+        **overrides,
+    )
+    trainer = Trainer(cfg)
+    ckpt = Checkpointer(CheckpointConfig(str(run_dir / "checkpoints")))
+    try:
+        step = ckpt.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{run_dir / 'checkpoints'} holds no checkpoint; train the run first")
+        if step not in ckpt.all_steps():
+            raise FileNotFoundError(f"{run_dir / 'checkpoints'} has no step {step}; it has {ckpt.all_steps()}")
+        trainer.state = ckpt.restore(step, trainer.state).state
+    finally:
+        ckpt.close()
+    return trainer, step
+
+
+def evaluate(
+    path: str | Path,
+    *,
+    env_id: str | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    episodes: int | None = None,
+    greedy: bool | None = None,
+    max_turns: int | None = None,
+) -> dict[str, Any]:
+    """The checkpoint's eval metrics and episodes on the trainer's held-out seeds (see the module docstring)."""
+    overrides: dict[str, Any] = {}
+    env: dict[str, Any] = {}
+    if env_id is not None:
+        env = {"env_id": env_id, "env_kwargs": dict(env_kwargs or {})}
+    elif env_kwargs is not None:
+        env = {"env_kwargs": dict(env_kwargs)}
+    if episodes is not None:
+        overrides["eval_episodes"] = episodes
+    if greedy is not None:
+        overrides["eval_greedy"] = greedy
+    if max_turns is not None:
+        overrides["eval_max_turns"] = max_turns
+    trainer, step = load_trainer(path, env=env, **overrides)
+    try:
+        eps = trainer.collect(step, eval=True)
+        metrics = trainer.eval_metrics(step, eps)
+    finally:
+        trainer.pool.close()
+    cfg = trainer.cfg
+    return {
+        "checkpoint": str(Path(path)),
+        "step": step,
+        "env_id": cfg.env.env_id,
+        "env_kwargs": dict(cfg.env.env_kwargs),
+        "greedy": cfg.eval_greedy,
+        "episodes": len(eps),
+        "metrics": metrics,
+        "per_episode": [
+            {
+                "seed": e.seed,
+                "success": bool(e.success),
+                "return": float(e.episode_return),
+                "turns": e.num_turns,
+                "truncated": bool(e.truncated),
+                "fault": e.fault,
+            }
+            for e in eps
+        ],
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    head = (
+        f"{result['checkpoint']} (step {result['step']}) on {result['env_id']}: {result['episodes']} episodes, "
+        f"{'greedy' if result['greedy'] else 'sampled'}"
+    )
+    width = max(len(k) for k in result["metrics"])
+    rows = [f"{k:<{width}}  {v:10.4f}" for k, v in sorted(result["metrics"].items())]
+    return "\n".join([head, f"{'metric':<{width}}  {'value':>10}", *rows])
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m experiments.eval", description=__doc__.split("\n\n")[1])
+    parser.add_argument("path", help="a run directory (latest checkpoint) or RUN_DIR/checkpoints/STEP")
+    parser.add_argument("--env-id", help="evaluate on this env id instead of the run's")
+    parser.add_argument("--env-kwargs", type=json.loads, help="JSON object of env kwargs, e.g. '{\"size\": 3}'")
+    parser.add_argument("--episodes", type=int, help="episodes (held-out seeds); default: the run's eval_episodes")
+    parser.add_argument("--greedy", action=argparse.BooleanOptionalAction, help="default: the run's eval_greedy")
+    parser.add_argument("--max-turns", type=int, help="cut episodes here; default: the env's own limit")
+    parser.add_argument("--out", help="write the result (metrics and every episode) here as JSON")
+    parser.add_argument("--import", dest="imports", action="append", default=[], help="import MODULE first")
+    args = parser.parse_args(argv)
+    from jgem.registry import import_modules
+
+    import_modules(args.imports)  # ids a custom module registers (runs trained with --import keep it themselves)
+    result = evaluate(
+        args.path,
+        env_id=args.env_id,
+        env_kwargs=args.env_kwargs,
+        episodes=args.episodes,
+        greedy=args.greedy,
+        max_turns=args.max_turns,
+    )
+    print(table(result))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2))
+        print(f"wrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

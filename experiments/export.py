@@ -1,0 +1,48 @@
+"""Export a trained policy as an HF checkpoint: `python -m experiments.export RUN_DIR_OR_CHECKPOINT --out DIR
+[--dtype bfloat16]`.
+
+RUN_DIR exports the run's latest checkpoint; RUN_DIR/checkpoints/STEP that step. DIR gets config.json,
+safetensors weights (jgem.models.hf.save_pretrained) and the run's tokenizer files, so
+`transformers.AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load it
+(and `--model.path DIR` trains on from it). The critic (PPO) is not exported.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def export(path: str | Path, out: str | Path, *, dtype: str | None = None) -> list[str]:
+    """Writes the checkpoint's policy to `out`; returns the files written."""
+    from experiments.eval import load_trainer
+    from jgem.models.hf import save_pretrained
+    from jgem.models.tokenizer import load_tokenizer
+
+    trainer, step = load_trainer(path)
+    try:
+        files = save_pretrained(trainer.state.model(), trainer.model_cfg, out, dtype=dtype)
+    finally:
+        trainer.pool.close()
+    cfg = trainer.cfg.model
+    files += list(load_tokenizer(cfg.tokenizer_path or cfg.path).save_pretrained(str(out)))
+    print(f"exported step {step} of {path} to {out}")
+    return files
+
+
+def main(argv: Sequence[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(prog="python -m experiments.export", description=__doc__.split("\n\n")[1])
+    parser.add_argument("path", help="a run directory (latest checkpoint) or RUN_DIR/checkpoints/STEP")
+    parser.add_argument("--out", required=True, help="the HF checkpoint directory to write")
+    parser.add_argument("--dtype", help="convert the weights, e.g. bfloat16; default: the param dtype")
+    parser.add_argument("--import", dest="imports", action="append", default=[], help="import MODULE first")
+    args = parser.parse_args(argv)
+    from jgem.registry import import_modules
+
+    import_modules(args.imports)
+    return export(args.path, args.out, dtype=args.dtype)
+
+
+if __name__ == "__main__":
+    main()
