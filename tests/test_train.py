@@ -8,7 +8,6 @@ import math
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from jgem.metrics import read_jsonl
 from jgem.registry import register
 from jgem.sharding.mesh import MeshConfig
 from jgem.train import Trainer, train
+from tests.multiprocess import free_port
 from tests.rollout.envs import FlakyGuessEnv
 from tests.train_utils import small_config
 
@@ -222,19 +222,13 @@ def test_a_moved_run_dir_resumes(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
     """2 processes x 2 devices, each with 4 envs and 4 episodes a step, sampling in lockstep on the sharded params,
     against 1 process x 4 devices with 8 envs and 8 episodes: the same episodes (ids and seeds are global), the
     same global batch, the same params after 2 steps (up to the order of float sums)."""
-    port = _free_port()
+    port = free_port()
     procs = [
         _run(
             {"run_dir": str(tmp_path / "run"), "steps": 2, "param_probe": 1},
