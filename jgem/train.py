@@ -9,9 +9,11 @@ any moment and resumed from its last checkpoint ends with the same params as one
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,15 +147,28 @@ class Trainer:
             self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.mesh
         )
         self.adv_name = "gae" if cfg.algorithm == "ppo" else cfg.algorithm
+        # The learner's programs are traced with the mesh in context (jax.set_mesh): the model's activation
+        # constraints apply, and a fused attention kernel (Pallas splash on TPU) runs per shard (shard_map).
         self._adv = jax.jit(self._advantages)
-        self._values = jax.jit(self._critic_values)
-        self._ref_logprobs = jax.jit(self._reference_logprobs)
+        self._values = self._on_mesh(jax.jit(self._critic_values))
+        self._ref_logprobs = self._on_mesh(jax.jit(self._reference_logprobs))
+        self._update = self._on_mesh(update)
         minibatches = math.lcm(cfg.learner.minibatches, cfg.warm_start.minibatches)
         self.batch_divisor = minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
         # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
 
     # -- construction ------------------------------------------------------------------------------
+
+    def _on_mesh(self, fn: Callable) -> Callable:
+        """`fn` called (and so traced) with the training mesh in context."""
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            with jax.set_mesh(self.mesh):
+                return fn(*args, **kwargs)
+
+        return call
 
     def _build_models(self, tokenizer) -> tuple[Transformer, Transformer | None, ModelConfig]:
         cfg = self.cfg
@@ -377,7 +392,7 @@ class Trainer:
         episodes = self.collect(step)
         t1 = time.perf_counter()
         batch, metrics = self.make_batch(episodes)
-        self.state, m = update(self.state, batch)
+        self.state, m = self._update(self.state, batch)
         m = {f"train/{k}": float(v) for k, v in jax.device_get(m).items()}
         check_finite_loss(m["train/loss"], step, episodes)
         t2 = time.perf_counter()
@@ -426,7 +441,7 @@ class Trainer:
                 system_prompt=self.cfg.env.system_prompt,
             )
             batch, _ = self.make_batch(eps, sft=True)
-            self.state, m = update(self.state, batch)
+            self.state, m = self._update(self.state, batch)
             check_finite_loss(float(m["loss"]), s, eps, what="warm-start loss")
             log(
                 s + 1 - ws.steps,

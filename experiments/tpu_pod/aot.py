@@ -258,7 +258,8 @@ def run(cfg: AotConfig) -> list[dict]:
             M, n, r = _micro_layout(batch, cfg.learner, mesh)
             steps = cfg.learner.epochs * M * n
             tokens = cfg.learner.epochs * batch.tokens.shape[0] * cfg.tokens
-            lowered = update.lower(state, batch)
+            with jax.set_mesh(mesh):  # as the trainer traces it (jgem.train.Trainer._on_mesh)
+                lowered = update.lower(state, batch)
             tf = model_flops(mcfg, tokens, cfg.tokens, train=True)
             res = measure_("update", lowered, loops=steps, model_tflop=tf)
             res.update(rows=batch.tokens.shape[0], micro_batches=steps, rows_per_micro_batch=r)
