@@ -298,8 +298,9 @@ class RolloutEngine:
         if not terminated and not fault:  # the state the episode goes on in (or was cut in)
             if per_turn:
                 next_prompt = first_prompt(chat, "per_turn", obs)[0]
-            else:
-                next_prompt = ep.stream + observation_suffix(chat, ep.num_messages, action, obs)
+            else:  # appended in place (copying the stream every turn would be quadratic in its length)
+                ep.stream += observation_suffix(chat, ep.num_messages, action, obs)
+                next_prompt = ep.stream
         if not done:
             ep.stream = next_prompt
             if per_turn:
