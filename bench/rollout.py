@@ -27,7 +27,8 @@ extend and generate call; host ms per round).
 
     .venv/bin/python bench/rollout.py --quick                   # smoke run: tiny, 4 episodes, 4 turns
     .venv/bin/python bench/rollout.py --models tiny             # tiny on the three games
-    .venv/bin/python bench/rollout.py --models 100m --envs game:Sudoku-v0-easy --episodes 8 --num-envs 4
+    .venv/bin/python bench/rollout.py --models 100m --envs game:Sudoku-v0-easy --episodes 8 --num-envs 4 \
+        --max-turns 10 --warmups 2
 """
 
 from __future__ import annotations
