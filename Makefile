@@ -10,7 +10,7 @@ PYTEST_WORKERS ?= 2
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev,parity,tools,agentgym]"
+	$(BIN)/python -m pip install -q -e ".[dev,parity,tools,agentgym,wandb]"
 	@touch $(STAMP)
 
 # libtpu for ahead-of-time TPU compilation on this machine (experiments/tpu_pod/aot.py): installed with

@@ -101,6 +101,17 @@ class WarmStartConfig:
 
 
 @dataclass(frozen=True)
+class LogConfig:
+    """Metric sinks beside metrics.jsonl and TensorBoard (always written): Weights & Biases, off by default."""
+
+    wandb: bool = False  # log the run's config and every step's scalars to a W&B run (needs the wandb extra)
+    wandb_project: str = "jgem"
+    wandb_entity: str | None = None  # a W&B user or team; None: the account's default
+    wandb_name: str | None = None  # the run's display name; None: the run dir's name
+    wandb_mode: str = "offline"  # offline: files under run_dir/wandb only (`wandb sync` uploads them); online
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     run_dir: str = "runs/default"
     seed: int = 0
@@ -129,6 +140,7 @@ class TrainConfig:
     resume: bool = True
     plot: bool = True
     console: bool = True
+    log: LogConfig = field(default_factory=LogConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -208,6 +220,23 @@ def range_errors(cfg: TrainConfig) -> list[str]:
     return errors
 
 
+def log_errors(log: LogConfig) -> list[str]:
+    """What is wrong with the logging config: an unknown W&B mode, or W&B on without the wandb package."""
+    import importlib.util
+
+    from jgem.metrics import WANDB_MODES
+
+    errors = []
+    if log.wandb_mode not in WANDB_MODES:
+        errors.append(
+            f"log.wandb_mode {log.wandb_mode!r} is unknown; choose offline (files only, `wandb sync` uploads "
+            "them) or online"
+        )
+    if log.wandb and importlib.util.find_spec("wandb") is None:
+        errors.append("log.wandb needs the wandb package: pip install 'jgem[wandb]' (or drop --log.wandb)")
+    return errors
+
+
 def validate(cfg: TrainConfig, num_devices: int) -> None:
     """Fail fast, before anything compiles, on a config that cannot run; messages say what to change."""
     from jgem.registry import import_modules, spec
@@ -224,6 +253,7 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     from jgem.envs.with_tools import tool_errors
 
     errors += tool_errors(tuple(cfg.env.tools), cfg.env.mcp_server)
+    errors += log_errors(cfg.log)
     if cfg.warm_start.steps > 0:
         from jgem.envs.games.solvers import has_solver
 

@@ -1,8 +1,8 @@
-"""Metrics writers behind one `MetricsLogger`: console (rich), JSONL and TensorBoard (tensorboardX),
-plus `plot_curves` for learning-curve PNGs from the JSONL file.
+"""Metrics writers behind one `MetricsLogger`: console (rich), JSONL, TensorBoard (tensorboardX) and, optionally,
+Weights & Biases; plus `plot_curves` for learning-curve PNGs from the JSONL file.
 
 `log(step, {"name": value})` takes python or numpy/jax scalars; non-finite values are written as
-JSON `null` (the JSONL stays valid JSON) and skipped by TensorBoard and plots.
+JSON `null` (the JSONL stays valid JSON) and skipped by TensorBoard, W&B and plots.
 """
 
 from __future__ import annotations
@@ -90,6 +90,82 @@ class TensorBoardWriter:
         self._writer.close()
 
 
+WANDB_MODES = ("offline", "online")
+
+
+def import_wandb() -> Any:
+    """The `wandb` module, imported only when W&B logging is on (it is an optional extra)."""
+    try:
+        import wandb
+    except ImportError as e:
+        raise ImportError(
+            f"W&B logging (--log.wandb) needs the wandb package: pip install 'jgem[wandb]' ({e})"
+        ) from None
+    return wandb
+
+
+class WandbWriter:
+    """A Weights & Biases run under `run_dir/wandb`: "offline" writes files only (`wandb sync` uploads them
+    later), "online" streams to the server. `config` (the run's) goes with the run's start.
+
+    W&B's own step must only grow, and jgem logs the warm start at steps <= 0, so each row carries `step` as a
+    metric and every metric is plotted against it (`define_metric`). The run id is kept in
+    `wandb/jgem_run.json`, so a resumed run goes on in the same W&B run. W&B history is append-only: a resume
+    logs the steps after its checkpoint once more (their `step` says which); a rewind to before the first step
+    this run logged (a fresh start in the same run dir) begins a new W&B run.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        project: str = "jgem",
+        entity: str | None = None,
+        name: str | None = None,
+        mode: str = "offline",
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if mode not in WANDB_MODES:
+            raise ValueError(f"W&B mode {mode!r} is unknown; choose one of {', '.join(WANDB_MODES)}")
+        self.run_dir = Path(run_dir)
+        self.state_path = self.run_dir / "wandb" / "jgem_run.json"
+        name = name or self.run_dir.resolve().name
+        self._init = dict(project=project, entity=entity, name=name, mode=mode, config=dict(config or {}))
+        self._run: Any = None
+
+    def _state(self) -> dict[str, Any] | None:
+        return json.loads(self.state_path.read_text()) if self.state_path.is_file() else None
+
+    def _start(self, step: int) -> None:
+        wandb = import_wandb()
+        state = self._state()
+        run_id = state["id"] if state else None  # None: W&B makes one
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        # create_new: this writer's run, whatever other W&B runs the process has open
+        self._run = wandb.init(id=run_id, resume="allow", dir=str(self.run_dir), reinit="create_new", **self._init)
+        self._run.define_metric("step")
+        self._run.define_metric("*", step_metric="step")
+        if state is None:
+            self.state_path.write_text(json.dumps({"id": self._run.id, "first_step": step}))
+
+    def write(self, step: int, scalars: dict[str, float]) -> None:
+        if self._run is None:
+            self._start(step)
+        self._run.log({"step": step} | {k: v for k, v in scalars.items() if math.isfinite(v)})
+
+    def rewind(self, step: int) -> None:
+        """Before the first step logged: forget the W&B run (the next write starts a new one)."""
+        state = self._state()
+        if state is not None and step < state["first_step"]:
+            self.close()
+            self.state_path.unlink()
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+            self._run = None
+
+
 class ConsoleWriter:
     """A compact rich table row per log call; `keys` limits the columns (default: all)."""
 
@@ -109,7 +185,8 @@ class ConsoleWriter:
 
 
 class MetricsLogger:
-    """Fan-out to the enabled writers under `run_dir` (`metrics.jsonl`, `tb/`)."""
+    """Fan-out to the enabled writers under `run_dir` (`metrics.jsonl`, `tb/`), then to `writers` (e.g. a
+    `WandbWriter`)."""
 
     def __init__(
         self,
@@ -120,6 +197,7 @@ class MetricsLogger:
         tensorboard: bool = True,
         console_keys: Sequence[str] | None = None,
         console_every: int = 1,
+        writers: Sequence[Writer] = (),
     ) -> None:
         if console_every < 1:
             raise ValueError(f"console_every must be >= 1, got {console_every}")
@@ -133,6 +211,7 @@ class MetricsLogger:
             self.writers.append(JsonlWriter(self.jsonl_path))
         if tensorboard:
             self.writers.append(TensorBoardWriter(self.run_dir / "tb"))
+        self.writers += writers
         self._closed = False
 
     def rewind(self, step: int) -> None:

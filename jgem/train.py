@@ -466,7 +466,7 @@ class Trainer:
 
     def run(self) -> dict[str, Any]:
         from jgem.checkpoint import CheckpointConfig, Checkpointer
-        from jgem.metrics import MetricsLogger, plot_curves
+        from jgem.metrics import MetricsLogger, WandbWriter, plot_curves
 
         cfg = self.cfg
         primary = jax.process_index() == 0
@@ -484,6 +484,7 @@ class Trainer:
                 "resume",
                 "plot",
                 "console",
+                "log",  # where metrics go, not what is trained
                 "eval_every",
                 "eval_episodes",
                 "checkpoint_every",
@@ -495,6 +496,19 @@ class Trainer:
                 "rollout.extend_chunk",
             ),
         )
+        log = cfg.log
+        writers = []
+        if log.wandb and primary:
+            writers.append(
+                WandbWriter(
+                    self.run_dir,
+                    project=log.wandb_project,
+                    entity=log.wandb_entity,
+                    name=log.wandb_name,
+                    mode=log.wandb_mode,
+                    config=cfg.to_dict(),
+                )
+            )
         logger = MetricsLogger(
             self.run_dir,
             console=cfg.console and primary,
@@ -502,6 +516,7 @@ class Trainer:
             tensorboard=primary,
             console_keys=CONSOLE_KEYS,
             console_every=max(1, cfg.steps // 20),
+            writers=writers,
         )
         summary: dict[str, Any] = {}
         progress = _Progress(cfg.steps, enabled=cfg.console and primary)

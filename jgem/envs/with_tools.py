@@ -4,11 +4,13 @@
 `SearchTool` (the shipped corpus, a JSONL corpus or a search server URL); `"mcp"` an `MCPTool` on a server
 URL or a stdio command line. The wrapper is a `functools.partial` of a module-level function, so process
 workers can build it; each process opens one search index and one MCP connection per server, shared by
-its envs (tools are shared services, docs/tools.md).
+its envs (tools are shared services, docs/tools.md) and by every pool it builds: the process owns them, so
+closing an env or a pool leaves them open, and they are closed at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import shlex
 from collections.abc import Callable
@@ -46,9 +48,12 @@ def _mcp_tool(server: str, timeout: float) -> Any:
     from jgem.envs.tools.mcp import MCPTool, StdioServer
 
     if server.startswith(("http://", "https://")):
-        return MCPTool(server, timeout=timeout)
-    command, *args = shlex.split(server)
-    return MCPTool(StdioServer(command, tuple(args)), timeout=timeout)
+        tool = MCPTool(server, timeout=timeout)
+    else:
+        command, *args = shlex.split(server)
+        tool = MCPTool(StdioServer(command, tuple(args)), timeout=timeout)
+    atexit.register(tool.close)
+    return tool
 
 
 def add_tools(
@@ -76,7 +81,7 @@ def add_tools(
             built.append(_mcp_tool(mcp_server, timeout))
         else:
             raise ValueError(f"unknown tool {name!r}; choose from {', '.join(TOOLS)}")
-    return ToolEnv(env, built, max_tool_uses=max_tool_uses)
+    return ToolEnv(env, built, max_tool_uses=max_tool_uses, close_tools=False)
 
 
 def tool_wrapper(env_cfg: Any) -> tuple[Callable[[Env], Env], ...]:

@@ -71,8 +71,8 @@ def test_list_envs() -> None:
 
 def test_import_jgem_stays_light() -> None:
     code = (
-        "import sys, jgem; jgem.list_envs(); jgem.EnvPool; import jgem.envs.wrappers; "
-        "heavy = [m for m in ('jax', 'flax', 'transformers', 'torch', 'optax', 'gem') if m in sys.modules]; "
+        "import sys, jgem; jgem.list_envs(); jgem.EnvPool; import jgem.envs.wrappers, jgem.metrics; "
+        "heavy = [m for m in ('jax', 'flax', 'transformers', 'torch', 'optax', 'gem', 'wandb') if m in sys.modules]; "
         "print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)

@@ -99,6 +99,25 @@ def test_state_and_spawn_keep_counters_and_share_tools():
         ToolEnv(Echo(), [])
 
 
+class Closable(Upper):
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def test_close_closes_owned_tools_and_leaves_shared_ones_open():
+    owned, shared = Closable(), Closable()
+    ToolEnv(Echo(), [owned]).close()
+    assert owned.closed
+    # tools shared by a pool's envs (what `EnvConfig.tools` builds) outlive any one env: a rebuilt env keeps them
+    env, peer = (ToolEnv(Echo(), [shared], close_tools=False) for _ in range(2))
+    env.close()
+    assert not shared.closed
+    peer.reset()
+    assert peer.step("<up>a</up>")[0] == "A"
+
+
 @pytest.mark.parametrize(
     ("action", "code"),
     [

@@ -17,7 +17,12 @@ LIMIT_MESSAGE = "\n\nReached the maximum number of tool use. Please output final
 
 
 class ToolEnv(Wrapper):
-    """Adds tools to an env. Tools are tried in order; the first that parses and succeeds answers."""
+    """Adds tools to an env. Tools are tried in order; the first that parses and succeeds answers.
+
+    `close()` closes the tools too, unless `close_tools` is False: tools shared by many envs (one MCP session
+    for a whole pool) belong to whoever made them, and one env's close (the pool rebuilding a faulted env, or
+    closing) must not end them for the others.
+    """
 
     def __init__(
         self,
@@ -26,6 +31,7 @@ class ToolEnv(Wrapper):
         max_tool_uses: int | None = 5,
         tool_reward: float = 0.0,
         tool_success_reward: float = 0.0,
+        close_tools: bool = True,
     ) -> None:
         super().__init__(env)
         if not tools:
@@ -36,6 +42,7 @@ class ToolEnv(Wrapper):
         self.max_tool_uses = max_tool_uses
         self.tool_reward = tool_reward
         self.tool_success_reward = tool_success_reward
+        self.close_tools = close_tools
         self.tool_use_counter = 0
         self.tool_success_counter = 0
 
@@ -93,6 +100,7 @@ class ToolEnv(Wrapper):
         return obs, float(reward), terminated, truncated, info
 
     def close(self) -> None:
-        for tool in self.tools:
-            tool.close()
+        if self.close_tools:
+            for tool in self.tools:
+                tool.close()
         self.env.close()
