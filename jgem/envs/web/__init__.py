@@ -1,0 +1,1 @@
+"""Web environments (WebArena's contract in a real browser)."""
