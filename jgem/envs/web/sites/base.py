@@ -66,7 +66,6 @@ class Site:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self._jinja.filters["quote"] = lambda s: urllib.parse.quote(str(s), safe="")
         app = Starlette(
             routes=[
                 Route("/login", self._login_form, methods=["GET"]),

@@ -198,31 +198,35 @@ class ShopSite(Site):
 
     async def checkout(self, request: Request) -> Response:
         user = self.require_user(request, back="/checkout")
-        lines = self._cart(user)
-        total = shop_data.money(sum(li["cents"] for li in lines))
-        if request.method == "GET":
-            return self.page(request, "checkout", lines=lines, total=total, error="", form={})
-        f = {k: v.strip() for k, v in (await self.form(request)).items()}
-        missing = [label for key, label in (("name", "Full name"), ("street", "Street address"), ("city", "City"))
-                   if not f.get(key)]  # fmt: skip
-        if missing or not lines:
-            error = "Your cart is empty." if not lines else f"Fill in: {', '.join(missing)}."
-            return self.page(request, "checkout", 400, lines=lines, total=total, error=error, form=f)
-        with self.db() as db:
-            uid = _uid(db, user)
-            number = db.execute("SELECT MAX(number) + 1 FROM orders").fetchone()[0]
-            today = db.execute("SELECT value FROM meta WHERE key = 'today'").fetchone()[0]
-            oid = db.execute(
-                "INSERT INTO orders (number, user_id, date, status, ship_name, ship_street, ship_city, total) "
-                "VALUES (?, ?, ?, 'Pending', ?, ?, ?, ?)",
-                (number, uid, today, f["name"], f["street"], f["city"], sum(li["cents"] for li in lines)),
-            ).lastrowid
-            db.executemany(
-                "INSERT INTO order_items (order_id, product_id, name, colour, size, qty, price) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(oid, li["product_id"], li["name"], li["colour"], li["size"], li["qty"], li["price"]) for li in lines],
-            )
-            db.execute("DELETE FROM cart WHERE user_id = ?", (uid,))
+        f = {k: v.strip() for k, v in (await self.form(request)).items()} if request.method == "POST" else {}
+        with self._lock:  # the order holds exactly the cart it empties, whatever other requests do
+            lines = self._cart(user)
+            total = shop_data.money(sum(li["cents"] for li in lines))
+            if request.method == "GET":
+                return self.page(request, "checkout", lines=lines, total=total, error="", form={})
+            missing = [label for key, label in (("name", "Full name"), ("street", "Street address"), ("city", "City"))
+                       if not f.get(key)]  # fmt: skip
+            if missing or not lines:
+                error = "Your cart is empty." if not lines else f"Fill in: {', '.join(missing)}."
+                return self.page(request, "checkout", 400, lines=lines, total=total, error=error, form=f)
+            with self.db() as db:
+                uid = _uid(db, user)
+                number = db.execute("SELECT MAX(number) + 1 FROM orders").fetchone()[0]
+                today = db.execute("SELECT value FROM meta WHERE key = 'today'").fetchone()[0]
+                oid = db.execute(
+                    "INSERT INTO orders (number, user_id, date, status, ship_name, ship_street, ship_city, total) "
+                    "VALUES (?, ?, ?, 'Pending', ?, ?, ?, ?)",
+                    (number, uid, today, f["name"], f["street"], f["city"], sum(li["cents"] for li in lines)),
+                ).lastrowid
+                db.executemany(
+                    "INSERT INTO order_items (order_id, product_id, name, colour, size, qty, price) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (oid, li["product_id"], li["name"], li["colour"], li["size"], li["qty"], li["price"])
+                        for li in lines
+                    ],  # fmt: skip
+                )
+                db.execute("DELETE FROM cart WHERE user_id = ?", (uid,))
         return self.redirect(f"/orders/{number}")
 
     def _cart(self, user: str) -> list[dict[str, Any]]:
