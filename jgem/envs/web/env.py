@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from jgem.core import Env, StepResult
-from jgem.envs.web.actions import ActionError, parse_action
+from jgem.envs.web.actions import ActionError, parse
 from jgem.envs.web.browser import BrowserSession
 from jgem.envs.web.evaluators import FuzzyJudge, evaluate
 from jgem.envs.web.tasks import SHIPPED_SITES, fill_urls, placeholders, read_tasks
@@ -132,7 +132,7 @@ class WebEnv(Env):
             state = self._storage_state(task) if task.get("require_login") else None
             self.session.reset(start[0], storage_state=state)
         for url in start[1:]:
-            self.session.execute(parse_action("new_tab"))
+            self.session.execute(parse("new_tab"))
             self.session.goto(url)
 
     def _storage_state(self, task: dict[str, Any]) -> str:
@@ -156,9 +156,9 @@ class WebEnv(Env):
         info: dict[str, Any] = {"turn": self.turn, "task_id": self.task.get("task_id")}
         answer = None
         try:
-            parsed = parse_action(action)
+            parsed = parse(action)
             if parsed.kind == "stop":
-                answer = parsed.answer
+                answer = parsed.text
             else:
                 self.session.execute(parsed)
             self.invalid_streak = 0
