@@ -57,7 +57,7 @@ class BrowserSession:
         self.timeout_s = float(timeout_s)
         self.executable = executable
         self._closed = False
-        self._box: dict[str, Tabs | None] = {"browser": None}  # shared with the finalizer, not the session
+        self._box: dict[str, Tabs | None] = {"tabs": None}  # shared with the finalizer, not the session
         self._finalizer = weakref.finalize(self, _kill_box, self._box)
         self._new_locks()
 
@@ -151,7 +151,7 @@ class BrowserSession:
     def pids(self) -> list[int]:
         """The live processes of this session's Chromium (browser, renderers, GPU, utilities)."""
         self._after_fork()
-        b = self._box["browser"]
+        b = self._box["tabs"]
         return b.chromium.pids() if b is not None else []
 
     def close(self) -> None:
@@ -173,7 +173,7 @@ class BrowserSession:
         """In a forked child the parent's Chromium is not ours: forget it (never kill it) and start afresh."""
         if self._pid != os.getpid():
             self._finalizer.detach()
-            self._box = {"browser": None}
+            self._box = {"tabs": None}
             self._finalizer = weakref.finalize(self, _kill_box, self._box)
             self._new_locks()
 
@@ -191,14 +191,14 @@ class BrowserSession:
         except BrowserError as e:
             raise BrowserError(f"{what} failed: {e}") from e
         except CallTimeout:
-            b = self._box["browser"]
+            b = self._box["tabs"]
             if b is not None:
                 b.chromium.kill(f"killed after {what} timed out")
             raise BrowserError(
                 f"{what} timed out after {timeout:.1f} s; the browser was killed (reset() starts a new one)"
             ) from None
         except Exception as e:
-            b = self._box["browser"]
+            b = self._box["tabs"]
             if self._closed:
                 reason = "the browser session was closed during the call"
             elif b is not None and b.chromium.ended(within=1.0):  # its connection can drop before it is reaped
@@ -214,7 +214,7 @@ class BrowserSession:
 
     async def _running(self, restart: bool) -> Tabs:
         """The session's browser, launched if there is none (or, with `restart`, if it died)."""
-        b = self._box["browser"]
+        b = self._box["tabs"]
         if b is not None and (b.chromium.alive() or not restart):
             return b
         loop = driver()
@@ -229,7 +229,7 @@ class BrowserSession:
         with self._state_lock:
             closed = self._closed
             if not closed:
-                self._box["browser"] = b
+                self._box["tabs"] = b
         if closed:
             await loop.blocking(chromium.kill)
             raise BrowserError("the browser session was closed while Chromium started")
@@ -263,7 +263,7 @@ async def _current_index(b: Tabs) -> int:
 def _kill_box(box: dict[str, Tabs | None]) -> None:
     """Kill the browser in `box` (on close, garbage collection, or interpreter exit) and drop Playwright's
     connection to it in the background."""
-    b, box["browser"] = box["browser"], None
+    b, box["tabs"] = box["tabs"], None
     if b is None:
         return
     b.chromium.kill("closed")
