@@ -1,14 +1,17 @@
 """WebArena's observation: a page's accessibility tree as `[id] role 'name' prop: value` lines, or cheaper text.
 
-Input is the node list of CDP `Accessibility.getFullAXTree`; ids are the nodes' `backendDOMNodeId`s, which
-`click [id]` and the other element actions take. Pruning follows WebArena's `TextObervationProcessor`:
+Input is the node list of CDP `Accessibility.getFullAXTree`. Each shown node gets an id from `number`, a map
+from the node's `backendDOMNodeId` (the browser session numbers them in the order it first shows them, which is
+deterministic; Chromium's own numbers depend on what else asked for a node first); the id is what `click [id]`
+and the other element actions take. Pruning follows WebArena's `TextObervationProcessor`:
 ignored nodes, nodes without a DOM node, unnamed structural nodes (`generic`, `paragraph`, `list`, ...) are
 dropped and their children lifted to their depth; `InlineTextBox` and `LineBreak` are dropped; a StaticText
 whose text already appears in one of the three lines before it is dropped. Names are Python `repr`s, as
 WebArena writes them (a name with a single quote in it is double-quoted); `elements` parses both forms back.
 
-The text rendering keeps the same ids: visible text, with interactive elements as the same `[id] role 'name'`
-lines inline, text inside a paragraph, heading, list item or table row joined onto one line.
+The text rendering keeps the same ids: visible text, with interactive elements as `[id] role 'name'` inline
+(with only the properties that say their state: checked, selected, expanded, pressed, disabled), the text of
+one paragraph, heading, list item or table row joined onto one line.
 Both renderings are pure functions of the node list, so the same page gives the same observation.
 """
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 KINDS = ("accessibility_tree", "text")
@@ -30,27 +33,11 @@ UNNAMED_DROPPED = frozenset(
 )
 SKIPPED_ROLES = frozenset(("InlineTextBox", "LineBreak"))
 INTERACTIVE = frozenset(
-    [
-        "link",
-        "button",
-        "textbox",
-        "searchbox",
-        "combobox",
-        "listbox",
-        "option",
-        "checkbox",
-        "radio",
-        "switch",
-        "slider",
-        "spinbutton",
-        "tab",
-        "menuitem",
-        "menuitemcheckbox",
-        "menuitemradio",
-        "treeitem",
-        "MenuListOption",
-    ]
+    ("link", "button", "textbox", "searchbox", "combobox", "listbox", "option", "checkbox", "radio", "switch")
+    + ("slider", "spinbutton", "tab", "menuitem", "menuitemcheckbox", "menuitemradio", "treeitem", "MenuListOption")
 )
+# The text rendering keeps only the properties that say a control's state.
+TEXT_PROPERTIES = frozenset(("checked", "selected", "expanded", "pressed", "disabled"))
 # Text under one of these roles is one line in the text rendering.
 TEXT_BLOCKS = frozenset(
     ["paragraph", "heading", "listitem", "row", "LabelText", "caption", "term", "definition", "Legend"]
@@ -63,18 +50,28 @@ def _value(field: dict[str, Any] | None) -> Any:
     return (field or {}).get("value")
 
 
-def _properties(node: dict[str, Any]) -> list[str]:
+def _properties(node: dict[str, Any], only: frozenset[str] | None = None) -> list[str]:
     return [
         f"{p['name']}: {p['value']['value']}"
         for p in node.get("properties", ())
-        if p.get("name") not in IGNORED_PROPERTIES and "value" in p.get("value", {})
+        if p.get("name") not in IGNORED_PROPERTIES
+        and (only is None or p.get("name") in only)
+        and "value" in p.get("value", {})
     ]
 
 
-def _line(node: dict[str, Any]) -> str:
+Number = Callable[[int], int]  # backendDOMNodeId -> the id shown
+
+
+def _same(backend_id: int) -> int:
+    return backend_id
+
+
+def _line(node: dict[str, Any], number: Number, only: frozenset[str] | None = None) -> str:
     name = _value(node.get("name"))
-    text = f"[{node['backendDOMNodeId']}] {_value(node.get('role')) or ''} {name if isinstance(name, str) else ''!r}"
-    return " ".join([text, *_properties(node)])
+    name = name if isinstance(name, str) else ""
+    text = f"[{number(node['backendDOMNodeId'])}] {_value(node.get('role')) or ''} {name!r}"
+    return " ".join([text, *_properties(node, only)])
 
 
 def _kept(node: dict[str, Any]) -> bool:
@@ -115,17 +112,17 @@ def _is_repeated(text: str, previous: list[str]) -> bool:
     return not text or any(text in line for line in previous[-3:])
 
 
-def accessibility_tree(nodes: Sequence[dict[str, Any]]) -> list[str]:
+def accessibility_tree(nodes: Sequence[dict[str, Any]], number: Number = _same) -> list[str]:
     """The tree lines of `nodes` (tab-indented by depth), pruned as WebArena prunes them."""
     lines: list[str] = []
     for node, depth, _ in _walk(nodes):
         if _value(node.get("role")) == "StaticText" and _is_repeated(_value(node.get("name")) or "", lines):
             continue
-        lines.append("\t" * depth + _line(node))
+        lines.append("\t" * depth + _line(node, number))
     return lines
 
 
-def text(nodes: Sequence[dict[str, Any]]) -> list[str]:
+def text(nodes: Sequence[dict[str, Any]], number: Number = _same) -> list[str]:
     """The text rendering of `nodes`: visible text and interactive elements (as tree lines), no structure."""
     pieces: list[tuple[str, int | None]] = []  # (piece, id of the outermost text block it sits in)
     for node, _, ancestors in _walk(nodes):
@@ -135,7 +132,7 @@ def text(nodes: Sequence[dict[str, Any]]) -> list[str]:
             if _is_repeated(piece, [p for p, _ in pieces]):
                 continue
         elif role in INTERACTIVE:
-            piece = _line(node)
+            piece = _line(node, number, TEXT_PROPERTIES)
         else:
             continue
         block = next((a["backendDOMNodeId"] for a in ancestors if _value(a.get("role")) in TEXT_BLOCKS), None)
@@ -178,12 +175,18 @@ def footer(url: str, titles: Sequence[str], current: int) -> list[str]:
 
 
 def render(
-    nodes: Sequence[dict[str, Any]], url: str, titles: Sequence[str], current: int, kind: str, budget: int
+    nodes: Sequence[dict[str, Any]],
+    url: str,
+    titles: Sequence[str],
+    current: int,
+    kind: str,
+    budget: int,
+    number: Number = _same,
 ) -> str:
     """The full observation: the page in `kind` rendering within `budget` characters, then URL and tabs."""
     if kind not in KINDS:
         raise ValueError(f"observation kind must be one of {KINDS}; got {kind!r}")
-    lines = accessibility_tree(nodes) if kind == "accessibility_tree" else text(nodes)
+    lines = accessibility_tree(nodes, number) if kind == "accessibility_tree" else text(nodes, number)
     return "\n".join([*fit(lines, budget), *footer(url, titles, current)])
 
 

@@ -10,9 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-pytest.importorskip("playwright", reason="the web envs need the `web` extra (playwright)")
-
-from jgem.envs.web.browser import BrowserSession  # noqa: E402 (after the skip)
+from jgem.envs.web.browser import BrowserSession
 
 
 def _page(title: str, body: str, head: str = "") -> str:
@@ -34,7 +32,8 @@ PAGES = {
         "<label for='name'>Name</label> <input id='name' name='name'>"
         "<label for='colour'>Colour</label> <select id='colour' name='colour'>"
         "<option value='red'>Red</option><option value='green'>Green</option><option value='blue'>Blue</option>"
-        "</select><button type='submit'>Submit</button></form>",
+        "</select><label><input type='checkbox' name='gift'>Gift wrap</label>"
+        "<button type='submit'>Submit</button></form>",
     ),
     "/long": _page(
         "Long",
@@ -46,6 +45,11 @@ PAGES = {
         "<div class='menu'><span>Products menu</span><ul class='sub'><li><a href='/target'>Secret item</a></li>"
         "</ul></div><p>Below the menu.</p>",
         head="<style>.sub{display:none}.menu:hover .sub{display:block}</style>",
+    ),
+    "/alert": _page(
+        "Alert",
+        "<button onclick=\"alert('hi'); document.getElementById('out').textContent = 'Greeted'\">Greet</button>"
+        "<p id='out'>Not yet</p>",
     ),
     "/target": _page("Target", "<h1>Target page</h1><a href='/'>Back home</a>"),
 }
@@ -74,8 +78,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="session")
-def site() -> Iterator[str]:
-    """Base url (no trailing slash) of the fixture pages, served from a thread on 127.0.0.1:<free port>."""
+def origin() -> Iterator[str]:
+    """Origin (no trailing slash) of the fixture pages, served from a thread on 127.0.0.1:<free port>."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -45,47 +45,47 @@ def all_dead(pids: list[int], within: float = 5.0) -> bool:
 # -- each action changes the browser ------------------------------------------------------------------
 
 
-def test_click_follows_a_link(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_click_follows_a_link(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     act(session, f"click [{element(session, 'link', 'Form page')}]")
-    assert session.url == f"{site}/form"
+    assert session.url == f"{origin}/form"
     assert session.tabs == ["Form"]
 
 
-def test_type_clears_types_and_presses_enter(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/form")
+def test_type_clears_types_and_presses_enter(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/form")
     name = element(session, "textbox", "Name")
     act(session, f"type [{name}] [first] [0]")
     act(session, f"type [{name}] [Ada [the first] Lovelace] [0]")  # replaces, not appends
     assert session.evaluate("document.querySelector('#name').value") == "Ada [the first] Lovelace"
-    assert session.url == f"{site}/form"  # [0]: no Enter
+    assert session.url == f"{origin}/form"  # [0]: no Enter
     act(session, f"type [{name}] [Grace] [1]")  # Enter submits the form
-    assert session.url == f"{site}/result?name=Grace&colour=red"
+    assert session.url == f"{origin}/result?name=Grace&colour=red"
     assert "You sent colour=red, name=Grace" in session.observe()
 
 
-def test_select_by_typing_and_by_clicking_an_option(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/form")
+def test_select_by_typing_and_by_clicking_an_option(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/form")
     obs = session.observe()
     act(session, f"type [{find(obs, 'combobox', 'Colour')}] [Blue] [0]")
     assert session.evaluate("document.querySelector('#colour').value") == "blue"
     act(session, f"click [{find(obs, 'option', 'Green')}]")
     assert session.evaluate("document.querySelector('#colour').value") == "green"
     act(session, f"click [{find(obs, 'button', 'Submit')}]")
-    assert session.url == f"{site}/result?name=&colour=green"
+    assert session.url == f"{origin}/result?name=&colour=green"
 
 
-def test_hover_reveals_a_menu(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/menu")
+def test_hover_reveals_a_menu(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/menu")
     before = session.observe()
     assert "Secret item" not in before
     act(session, f"hover [{find(before, 'StaticText', 'Products menu')}]")
     act(session, f"click [{element(session, 'link', 'Secret item')}]")
-    assert session.url == f"{site}/target"
+    assert session.url == f"{origin}/target"
 
 
-def test_press_keys(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/form")
+def test_press_keys(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/form")
     act(session, f"type [{element(session, 'textbox', 'Name')}] [abc] [0]")
     act(session, "press [Backspace]")
     act(session, "press [Meta+a]")  # WebArena's Meta is Control off a Mac: select all
@@ -95,11 +95,17 @@ def test_press_keys(session: BrowserSession, site: str) -> None:
     assert session.evaluate("document.activeElement.id") == "colour"
     act(session, "press [Shift+Tab]")
     act(session, "press [Enter]")
-    assert session.url == f"{site}/result?name=x&colour=red"
+    assert session.url == f"{origin}/result?name=x&colour=red"
 
 
-def test_scroll_moves_one_viewport(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/long")
+def test_a_dialog_does_not_block_the_page(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/alert")
+    act(session, f"click [{element(session, 'button', 'Greet')}]")  # alert() is dismissed
+    assert "StaticText 'Greeted'" in session.observe()
+
+
+def test_scroll_moves_one_viewport(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/long")
     height = session.evaluate("window.innerHeight")
     assert session.evaluate("window.scrollY") == 0
     act(session, "scroll [down]")
@@ -113,54 +119,54 @@ def test_scroll_moves_one_viewport(session: BrowserSession, site: str) -> None:
     )
 
 
-def test_click_scrolls_an_element_into_view(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/long")
+def test_click_scrolls_an_element_into_view(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/long")
     act(session, f"click [{element(session, 'link', 'Bottom link')}]")  # below the fold
-    assert session.url == f"{site}/"
+    assert session.url == f"{origin}/"
 
 
-def test_tabs(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_tabs(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     act(session, "new_tab")
     assert session.tabs == ["Home", "about:blank"] and session.current_tab == 1
     assert session.url == "about:blank"
-    act(session, f"goto [{site}/form]")
+    act(session, f"goto [{origin}/form]")
     act(session, "tab_focus [0]")
-    assert session.url == f"{site}/" and session.current_tab == 0
+    assert session.url == f"{origin}/" and session.current_tab == 0
     assert session.observe().endswith("Tabs: [0] Home (current) | [1] Form")
     act(session, "close_tab")
-    assert session.tabs == ["Form"] and session.url == f"{site}/form"
+    assert session.tabs == ["Form"] and session.url == f"{origin}/form"
     act(session, "close_tab")  # the last tab: a blank one takes its place
     assert session.tabs == ["about:blank"] and session.url == "about:blank"
 
 
-def test_a_link_to_a_new_tab_becomes_the_current_tab(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_a_link_to_a_new_tab_becomes_the_current_tab(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     act(session, f"click [{element(session, 'link', 'Open in new tab')}]")
     assert session.tabs == ["Home", "Target"] and session.current_tab == 1
-    assert session.url == f"{site}/target"
+    assert session.url == f"{origin}/target"
     assert "Target page" in session.observe()
 
 
-def test_goto_back_forward(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
-    act(session, f"goto [{site}/form]")
-    act(session, f"goto [{site}/menu]")
+def test_goto_back_forward(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
+    act(session, f"goto [{origin}/form]")
+    act(session, f"goto [{origin}/menu]")
     act(session, "go_back")
-    assert session.url == f"{site}/form"
+    assert session.url == f"{origin}/form"
     act(session, "go_back")
-    assert session.url == f"{site}/"
+    assert session.url == f"{origin}/"
     act(session, "go_forward")
-    assert session.url == f"{site}/form"
+    assert session.url == f"{origin}/form"
     act(session, "stop [done]")  # the env ends the episode; the browser does nothing
-    assert session.url == f"{site}/form"
+    assert session.url == f"{origin}/form"
 
 
-def test_reset_gives_a_fresh_context(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_reset_gives_a_fresh_context(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     session.evaluate("localStorage.setItem('k', 'v'); document.cookie = 'c=1'")
     act(session, "new_tab")
-    session.reset(site + "/form", cookies=[{"name": "token", "value": "abc", "url": site}])
+    session.reset(origin + "/form", cookies=[{"name": "token", "value": "abc", "url": origin}])
     assert session.tabs == ["Form"]
     assert session.evaluate("localStorage.getItem('k')") is None
     assert session.evaluate("document.cookie") == "token=abc"
@@ -170,8 +176,8 @@ def test_reset_gives_a_fresh_context(session: BrowserSession, site: str) -> None
 # -- bad actions --------------------------------------------------------------------------------------
 
 
-def test_actions_the_page_cannot_take_are_action_errors(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_actions_the_page_cannot_take_are_action_errors(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     obs = session.observe()
     with pytest.raises(ActionError, match=r"element \[987654\] is not on the current page"):
         act(session, "click [987654]")
@@ -184,30 +190,34 @@ def test_actions_the_page_cannot_take_are_action_errors(session: BrowserSession,
         ActionError, match=rf"goto \[http://127.0.0.1:{closed_port}/\] failed: .*ERR_CONNECTION_REFUSED"
     ):
         act(session, f"goto [http://127.0.0.1:{closed_port}/]")
-    session.reset(site + "/")
+    session.reset(origin + "/")
     obs = session.observe()  # ids are numbered as an observation first asks for them
     heading = find(obs, "heading", "Welcome home")
     with pytest.raises(ActionError, match=rf"element \[{heading}\] cannot take typed text"):
         act(session, f"type [{heading}] [x]")
     act(session, f"click [{find(obs, 'link', 'Form page')}]")
-    with pytest.raises(ActionError, match=r"is not on the current page|is no longer on the page"):
+    with pytest.raises(ActionError, match=r"element \[\d+\] is not on the current page"):
         act(session, f"click [{find(obs, 'link', 'Long page')}]")  # an id from the page before
-    assert session.url == f"{site}/form"
+    assert session.url == f"{origin}/form"
+    textbox = element(session, "textbox", "Name")
+    act(session, "new_tab")
+    with pytest.raises(ActionError, match=rf"element \[{textbox}\] is not on the current page"):
+        act(session, f"click [{textbox}]")  # an id from another tab
 
 
 @pytest.mark.parametrize("hide", ["display = 'none'", "visibility = 'hidden'"])
-def test_hidden_elements_cannot_be_clicked(session: BrowserSession, site: str, hide: str) -> None:
-    session.reset(site + "/menu")
+def test_hidden_elements_cannot_be_clicked(session: BrowserSession, origin: str, hide: str) -> None:
+    session.reset(origin + "/menu")
     session.evaluate("document.querySelector('.sub').style.display = 'block'")
     link = element(session, "link", "Secret item")
     session.evaluate(f"document.querySelector('.sub').style.{hide}")
     with pytest.raises(ActionError, match=rf"element \[{link}\] is not visible"):
         act(session, f"click [{link}]")
-    assert session.url == f"{site}/menu"
+    assert session.url == f"{origin}/menu"
 
 
-def test_evaluate_errors_are_script_errors(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_evaluate_errors_are_script_errors(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     with pytest.raises(ScriptError, match="boom"):
         session.evaluate("(() => { throw new Error('boom') })()")
     assert session.evaluate("1 + 1") == 2  # the session is fine
@@ -220,8 +230,8 @@ def test_evaluate_errors_are_script_errors(session: BrowserSession, site: str) -
 # -- threads ------------------------------------------------------------------------------------------
 
 
-def test_one_session_from_several_threads(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_one_session_from_several_threads(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     results: dict[str, object] = {}
 
     def first() -> None:
@@ -236,7 +246,7 @@ def test_one_session_from_several_threads(session: BrowserSession, site: str) ->
         t = threading.Thread(target=target)
         t.start()
         t.join(30)
-    assert results["first"] == results["second"] == f"{site}/form"
+    assert results["first"] == results["second"] == f"{origin}/form"
     assert "textbox 'Name'" in str(results["obs"])
     observed: list[str] = []  # and at once: calls on one session run one after the other
     threads = [threading.Thread(target=lambda: observed.append(session.observe())) for _ in range(4)]
@@ -250,7 +260,7 @@ def test_one_session_from_several_threads(session: BrowserSession, site: str) ->
 # -- faults: dead, hung and closed browsers ---------------------------------------------------------
 
 
-def test_start_and_close_leave_no_process(site: str) -> None:
+def test_start_and_close_leave_no_process(origin: str) -> None:
     s = BrowserSession(timeout_s=10.0)
     assert s.pids == []  # starts lazily
     s.start()
@@ -265,12 +275,12 @@ def test_start_and_close_leave_no_process(site: str) -> None:
     with pytest.raises(BrowserError, match="observe: the browser session is closed"):
         s.observe()
     with pytest.raises(BrowserError, match="reset: the browser session is closed"):
-        s.reset(site + "/")
+        s.reset(origin + "/")
 
 
-def test_close_while_another_thread_hangs(site: str) -> None:
+def test_close_while_another_thread_hangs(origin: str) -> None:
     s = BrowserSession(timeout_s=30.0)
-    s.reset(site + "/")
+    s.reset(origin + "/")
     pids = s.pids
     errors: list[BaseException] = []
 
@@ -294,9 +304,9 @@ def test_close_while_another_thread_hangs(site: str) -> None:
     assert all_dead(pids)
 
 
-def test_a_hung_call_times_out_kills_the_browser_and_reset_recovers(site: str) -> None:
+def test_a_hung_call_times_out_kills_the_browser_and_reset_recovers(origin: str) -> None:
     with BrowserSession(timeout_s=2.0) as s:
-        s.reset(site + "/")
+        s.reset(origin + "/")
         pids = s.pids
         started = time.monotonic()
         with pytest.raises(BrowserError, match=r"evaluate timed out after 2\.0 s; the browser was killed"):
@@ -305,13 +315,13 @@ def test_a_hung_call_times_out_kills_the_browser_and_reset_recovers(site: str) -
         assert all_dead(pids)
         with pytest.raises(BrowserError, match=r"was killed after evaluate timed out; reset\(\) starts a new one"):
             s.observe()
-        s.reset(site + "/form")
-        assert s.url == f"{site}/form" and set(s.pids).isdisjoint(pids)
+        s.reset(origin + "/form")
+        assert s.url == f"{origin}/form" and set(s.pids).isdisjoint(pids)
 
 
-def test_a_killed_chromium_is_a_browser_error(site: str) -> None:
+def test_a_killed_chromium_is_a_browser_error(origin: str) -> None:
     with BrowserSession(timeout_s=10.0) as s:
-        s.reset(site + "/")
+        s.reset(origin + "/")
         pids = s.pids
         browser_pid = next(p for p in pids if psutil.Process(p).ppid() == os.getpid())
         os.kill(browser_pid, signal.SIGKILL)
@@ -322,7 +332,7 @@ def test_a_killed_chromium_is_a_browser_error(site: str) -> None:
             == f"observe failed: chromium (pid {browser_pid}) killed by signal 9; reset() starts a new one"
         )
         assert all_dead(pids) and s.pids == []
-        s.reset(site + "/")  # a new browser
+        s.reset(origin + "/")  # a new browser
         assert s.tabs == ["Home"]
 
 
@@ -338,9 +348,9 @@ OWNER = textwrap.dedent(
 )
 
 
-def test_chromium_dies_with_its_owner(site: str) -> None:
+def test_chromium_dies_with_its_owner(origin: str) -> None:
     owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, site + "/"],
+        [sys.executable, "-c", OWNER, origin + "/"],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
@@ -357,22 +367,22 @@ def test_chromium_dies_with_its_owner(site: str) -> None:
     assert chromium.sweep_profiles() == profiles and not os.path.exists(profiles[0])
 
 
-def test_a_forked_child_gets_its_own_browser(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_a_forked_child_gets_its_own_browser(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     parent_pids = session.pids
     pid = os.fork()
     if pid == 0:  # the child: the parent's browser is not its own; it starts another and leaves the parent's
         code = 1
         try:
             assert session.pids == []
-            session.reset(site + "/form")
-            code = 0 if session.url == f"{site}/form" and set(session.pids).isdisjoint(parent_pids) else 2
+            session.reset(origin + "/form")
+            code = 0 if session.url == f"{origin}/form" and set(session.pids).isdisjoint(parent_pids) else 2
             session.close()
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert session.pids == parent_pids and session.url == f"{site}/"
+    assert session.pids == parent_pids and session.url == f"{origin}/"
 
 
 # -- finding Chromium ---------------------------------------------------------------------------------

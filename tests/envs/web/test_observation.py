@@ -57,7 +57,7 @@ def test_text_rendering_keeps_ids_and_drops_structure() -> None:
     assert observation.text(TREE) == [
         "[30] link 'Blue Mug'",
         "Price: $12.50",
-        "[70] textbox 'Search' required: False",
+        "[70] textbox 'Search'",  # only state properties (checked, selected, ...)
         "Free shipping",
     ]
 
@@ -109,14 +109,14 @@ def test_footer_lists_tabs_and_marks_the_current_one() -> None:
 # -- real pages ------------------------------------------------------------------------------------------
 
 
-def test_tree_of_a_real_page(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_tree_of_a_real_page(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     obs = session.observe()
     body, url_line, tabs_line = obs.rsplit("\n", 2)
-    assert url_line == f"URL: {site}/"
+    assert url_line == f"URL: {origin}/"
     assert tabs_line == "Tabs: [0] Home (current)"
     lines = body.split("\n")
-    assert lines[0].startswith("[") and " RootWebArea 'Home'" in lines[0]
+    assert lines[0] == f"[1] RootWebArea 'Home' focused: True url: {origin}/"
     for line in lines:
         assert LINE.match(line), line
     roles_names = [(role, name) for _, role, name in observation.elements(obs)]
@@ -131,24 +131,39 @@ def test_tree_of_a_real_page(session: BrowserSession, site: str) -> None:
     assert session.observe() == obs  # deterministic for the same page
 
 
-def test_ids_are_what_click_takes(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_ids_are_what_click_takes(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     for kind in observation.KINDS:
-        session.reset(site + "/")
+        session.reset(origin + "/")
         obs = session.observe(kind)
         session.execute(parse(f"click [{observation.find(obs, 'link', 'Form page')}]"))
-        assert session.url == f"{site}/form"
+        assert session.url == f"{origin}/form"
 
 
-def test_same_page_same_ids_after_reset(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/form")
-    first = session.observe()
-    session.reset(site + "/form")
-    assert session.observe() == first  # a fresh context numbers the page's nodes the same way
+def test_same_page_same_ids_after_reset(session: BrowserSession, origin: str) -> None:
+    for path in ("/form", "/"):
+        observed = set()
+        for _ in range(4):
+            session.reset(origin + path)
+            observed.add(session.observe())
+        assert len(observed) == 1  # a fresh context numbers the page's nodes the same way every time
+    ids = [i for i, _, _ in observation.elements(observed.pop())]
+    assert ids == sorted(ids)  # in document order
 
 
-def test_form_controls_show_their_state(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/form")
+def test_ids_stay_while_the_page_does(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/menu")
+    before = observation.elements(session.observe())
+    menu = observation.find(session.observe(), "StaticText", "Products menu")
+    session.execute(parse(f"hover [{menu}]"))
+    after = observation.elements(session.observe())
+    assert set(before) < set(after)  # what was there keeps its id
+    (new,) = [i for i, role, name in after if (role, name) == ("link", "Secret item")]
+    assert new > max(i for i, _, _ in before)  # what appears is numbered on
+
+
+def test_form_controls_show_their_state(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/form")
     obs = session.observe()
     names = {(role, name) for _, role, name in observation.elements(obs)}
     assert {("textbox", "Name"), ("combobox", "Colour"), ("button", "Submit")} <= names
@@ -159,20 +174,20 @@ def test_form_controls_show_their_state(session: BrowserSession, site: str) -> N
     assert any("focused: True" in line and f"[{textbox}]" in line for line in after.split("\n"))
 
 
-def test_budget_on_a_long_page(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/long")
+def test_budget_on_a_long_page(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/long")
     full = session.observe(budget=1_000_000)
     assert "Paragraph number 59 of the long page." in full and "truncated" not in full
     short = session.observe(budget=300)
     body, marker, url_line, tabs_line = short.rsplit("\n", 3)
     assert len(body) <= 300
     assert re.fullmatch(r"\.\.\. \(truncated: \d+ of \d+ characters shown\)", marker)
-    assert url_line == f"URL: {site}/long" and tabs_line == "Tabs: [0] Long (current)"
+    assert url_line == f"URL: {origin}/long" and tabs_line == "Tabs: [0] Long (current)"
     assert full.startswith(body)
 
 
-def test_text_rendering_of_a_real_page(session: BrowserSession, site: str) -> None:
-    session.reset(site + "/")
+def test_text_rendering_of_a_real_page(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/")
     tree = session.observe("accessibility_tree")
     text = session.observe("text")
     assert "\t" not in text
@@ -182,6 +197,17 @@ def test_text_rendering_of_a_real_page(session: BrowserSession, site: str) -> No
     tree_ids = {(role, name): i for i, role, name in observation.elements(tree) if role in observation.INTERACTIVE}
     text_ids = {(role, name): i for i, role, name in observation.elements(text)}
     assert text_ids == tree_ids  # the same interactive elements, the same ids
-    assert lines[-2:] == [f"URL: {site}/", "Tabs: [0] Home (current)"]
+    assert lines[-2:] == [f"URL: {origin}/", "Tabs: [0] Home (current)"]
     assert len(text) < len(tree)
     assert session.observe("text") == text
+
+
+def test_text_rendering_shows_control_state(session: BrowserSession, origin: str) -> None:
+    session.reset(origin + "/form")
+    box = observation.find(session.observe(), "checkbox", "Gift wrap")
+    assert f"[{box}] checkbox 'Gift wrap' checked: false" in session.observe("text")
+    session.execute(parse(f"click [{box}]"))
+    text = session.observe("text")
+    assert f"[{box}] checkbox 'Gift wrap' checked: true" in text
+    assert "option 'Green' selected: False" in text
+    assert "required" not in text and "url:" not in text
