@@ -10,19 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from jgem.core import Env
-
-
-def find_id(obs: str, role: str, name: str) -> int | None:
-    """The id of the first `[id] role 'name'` element in an observation, or None."""
-    needle = f"] {role} '{name}'"
-    for line in obs.splitlines():
-        line = line.strip()
-        at = line.find(needle)
-        if line.startswith("[") and at > 0 and line[1:at].isdigit():
-            rest = line[at + len(needle) :]
-            if not rest or rest[0] == " ":  # the whole name, not a prefix of a longer one
-                return int(line[1:at])
-    return None
+from jgem.envs.web.observation import find
 
 
 class Solver:
@@ -45,10 +33,10 @@ class Solver:
         self.next += 1
         kind, args = step[0], step[1:]
         if kind in ("click", "hover", "type"):
-            role, name = args[0], args[1]
-            i = find_id(obs, role, name)
-            if i is None:
-                raise LookupError(f"solution step {step}: no {role} '{name}' in the observation")
+            try:
+                i = find(obs, args[0], args[1])
+            except LookupError as e:
+                raise LookupError(f"solution step {step}: {e}") from None
             if kind == "type":
                 return f"type [{i}] [{args[2]}] [{int(args[3]) if len(args) > 3 else 1}]"
             return f"{kind} [{i}]"

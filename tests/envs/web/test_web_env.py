@@ -3,6 +3,7 @@ evaluators, WebArena-format task files, the pool (thread and process backends), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,20 +21,33 @@ from jgem.envs.web.env import WebEnv  # noqa: E402
 from jgem.envs.web.sites.forum import ForumSite  # noqa: E402
 from jgem.envs.web.sites.shop import ShopSite  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group("browser")  # one browser test at a time: the pid checks see only their own
+pytestmark = pytest.mark.xdist_group("web-env")  # one worker for this module: its browsers and sites are heavy
 
 IDS = ["web:Shop-v0-easy", "web:Shop-v0-hard", "web:Forum-v0-easy", "web:Forum-v0-hard"]
 SITES = {"shop": ShopSite, "forum": ForumSite}
 
 
-def chromium_pids() -> set[int]:
-    """Live chromium processes. A killed browser's renderers are re-parented to pid 1, which reaps their zombies
-    when it gets to them (this sandbox's init can take seconds): a zombie is no browser, so it is not counted."""
-    return {
-        p.pid
-        for p in psutil.process_iter(["name", "status"])
-        if "chrom" in (p.info["name"] or "") and p.info["status"] != psutil.STATUS_ZOMBIE
-    }
+def chromium_pids(*roots: int) -> set[int]:
+    """Live chromium processes descended from `roots` (default: this process), so browsers that tests on other
+    xdist workers start are not counted. A zombie is no browser: a killed browser's renderers are re-parented to
+    pid 1, which reaps them when it gets to them."""
+    found = set()
+    for root in roots or (os.getpid(),):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for p in psutil.Process(root).children(recursive=True):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if "chrom" in p.name() and p.status() != psutil.STATUS_ZOMBIE:
+                        found.add(p.pid)
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    out = set()
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.add(pid)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -154,16 +168,17 @@ def test_pool_backends_play_and_leave_no_browser_behind(backend):
     before = chromium_pids()
     with EnvPool("web:Shop-v0-easy", 2, backend=backend, num_workers=2) as pool:
         pool.reset(seeds=[3, 4])
-        results = {}
+        infos = []
         while pool.num_in_flight:
-            b = pool.recv()
-            results.update({int(i): (o, info) for i, o, info in zip(b.env_ids, b.obs, b.infos)})
-        assert all("fault" not in info for _, info in results.values())
-        assert len(chromium_pids() - before) >= 2  # a browser per env
+            infos += pool.recv().infos
+        assert len(infos) == 2 and all("fault" not in info for info in infos)
+        roots = pool._backend.pids if backend == "process" else []
+        browsers = chromium_pids(*roots) - before
+        assert len(browsers) >= 2  # a browser per env (each several processes)
     deadline = time.monotonic() + 10
-    while chromium_pids() - before and time.monotonic() < deadline:
+    while alive(browsers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not chromium_pids() - before
+    assert not alive(browsers)
 
 
 def test_a_browser_killed_mid_episode_is_a_contained_fault():
