@@ -18,6 +18,7 @@ import jgem  # noqa: E402
 from jgem.envs.games.solvers import play, solver_for  # noqa: E402
 from jgem.envs.pool import EnvPool  # noqa: E402
 from jgem.envs.web.env import WebEnv  # noqa: E402
+from jgem.envs.web.observation import find  # noqa: E402
 from jgem.envs.web.sites.forum import ForumSite  # noqa: E402
 from jgem.envs.web.sites.shop import ShopSite  # noqa: E402
 
@@ -210,3 +211,41 @@ def test_served_over_http_by_jgem_serve():
             env.close()
     finally:
         server.stop()
+
+
+def test_every_action_kind_on_the_shop(made):
+    env = made("web:Shop-v0-easy")
+    env.reset(seed=2)
+    session, base = env.unwrapped.session, env.unwrapped.sites["shop"].url
+
+    def act(action: str) -> str:
+        obs, _, terminated, truncated, info = env.step(action)
+        assert info["action_is_valid"] and not (terminated or truncated), (action, obs[:300])
+        return obs
+
+    obs = act(f"goto [{base}/category/kitchen]")
+    assert f"URL: {base}/category/kitchen" in obs
+    obs = act(f"click [{find(obs, 'link', 'Sort by price: low to high')}]")
+    assert "sort=" in session.url
+    sorted_url = session.url
+    assert act("go_back") and session.url == f"{base}/category/kitchen"
+    assert act("go_forward") and session.url == sorted_url
+    act(f"goto [{base}/search?q=a]")  # results taller than the viewport
+    act("scroll [down]")
+    assert session.evaluate("window.scrollY") > 0
+    act("scroll [up]")
+    assert session.evaluate("window.scrollY") == 0
+    obs = act("go_back")
+    obs = act(f"hover [{find(obs, 'link', 'My cart')}]")
+    assert session.evaluate("[...document.querySelectorAll('a:hover')].map(a => a.innerText).join()") == "My cart"
+    obs = act(f"type [{find(obs, 'textbox', 'Search')}] [lantern] [0]")  # typed, not sent
+    assert "/search" not in session.url
+    obs = act("press [Enter]")
+    assert "/search" in session.url and "lantern" in session.url
+    obs = act("new_tab")
+    assert "Tabs: [0]" in obs and "[1]" in obs.rsplit("Tabs:", 1)[1] and session.current_tab == 1
+    obs = act(f"goto [{base}/cart]")
+    obs = act("tab_focus [0]")
+    assert session.current_tab == 0 and "/search" in session.url
+    obs = act("close_tab")
+    assert len(session.tabs) == 1 and "/cart" in session.url
