@@ -10,8 +10,19 @@ PYTEST_WORKERS ?= 2
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev,parity,tools,agentgym,wandb]"
+	$(BIN)/python -m pip install -q -e ".[dev,parity,tools,agentgym,wandb,web]"
+	@$(CHROMIUM_SETUP)
 	@touch $(STAMP)
+
+# The web envs drive a headless Chromium (jgem/envs/web/chromium.py finds it). Where none is on PATH and
+# $JGEM_CHROMIUM is unset, root installs Debian's `chromium`; anyone else is told how to get one (the rest of
+# jgem works without it: only the web envs and their tests need it).
+CHROMIUM_SETUP = [ -n "$$JGEM_CHROMIUM" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+	|| command -v google-chrome >/dev/null \
+	|| { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	     && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+	|| { echo "make: the web envs need Chromium and none was found: install it as root (apt-get install chromium)," \
+	          "or set JGEM_CHROMIUM to a chromium binary (see docs/environments.md)" >&2; }
 
 # libtpu for ahead-of-time TPU compilation on this machine (experiments/tpu_pod/aot.py): installed with
 # --target into .libtpu/, off .venv's path, so jax in .venv never tries to start a TPU backend. Only the AOT

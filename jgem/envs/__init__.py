@@ -4,4 +4,5 @@ from jgem.envs import (
     agentgym,  # noqa: F401  agentgym:*
     games,  # noqa: F401  game:*
     suites,  # noqa: F401  math:*, code:*, qa:*, rg:*
+    web,  # noqa: F401  web:*, agentgym:WebArena-v0
 )

@@ -313,7 +313,9 @@ class _InlineBackend:
 class _ThreadBackend(_InlineBackend):
     """Worker threads pull commands from one queue. A step past `step_timeout` cannot be killed in
     Python: its env is marked faulted and replaced, its thread abandoned (daemon) and a new worker
-    started; the late result is dropped (generation check)."""
+    started; the late result is dropped (generation check). The abandoned env's `close()` runs on a
+    daemon thread at once, so what it owns (a browser, a sandbox) does not outlive the fault; an env
+    whose close cannot run beside a hung step must make close safe for that."""
 
     def __init__(self, factories: Sequence[Callable[[], Env]], num_workers: int, step_timeout: float | None) -> None:
         super().__init__(factories)
@@ -392,7 +394,9 @@ class _ThreadBackend(_InlineBackend):
                 continue
             kind = self.kind.pop(i)
             self.gen[i] += 1
-            self.envs[i] = None  # the hung thread keeps its own reference; never touch it again
+            hung, self.envs[i] = self.envs[i], None  # the hung thread keeps its own reference
+            if hung is not None:  # release its processes (a browser, a sandbox) without waiting for the hung call
+                threading.Thread(target=close_quietly, args=(hung,), name="jgem-pool-close-hung", daemon=True).start()
             self.abandoned.add(self.runner[i])
             self._start_worker()
             reason = f"{kind} ran longer than step_timeout={self.step_timeout}s"

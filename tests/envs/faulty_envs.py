@@ -104,6 +104,15 @@ class HangingCloseEnv(CounterEnv):
         time.sleep(3600)
 
 
+class CloseRecordingEnv(CounterEnv):
+    """Records each `close()` in the class-level `closed` list (thread backend: one process)."""
+
+    closed: list[int] = []
+
+    def close(self) -> None:
+        CloseRecordingEnv.closed.append(self.start)
+
+
 class BrokenInitEnv(Env):
     def __init__(self) -> None:
         raise RuntimeError("cannot build this env")

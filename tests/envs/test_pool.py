@@ -19,7 +19,15 @@ import pytest
 from jgem.core import JgemError
 from jgem.envs.pool import EnvPool, StepBatch, run_command
 from jgem.envs.wrappers import EpisodeStatistics
-from tests.envs.faulty_envs import BAD_RESULTS, BrokenInitEnv, CounterEnv, HangingCloseEnv, ListObsEnv, ResetFailsEnv
+from tests.envs.faulty_envs import (
+    BAD_RESULTS,
+    BrokenInitEnv,
+    CloseRecordingEnv,
+    CounterEnv,
+    HangingCloseEnv,
+    ListObsEnv,
+    ResetFailsEnv,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = ["inline", "thread", "process"]
@@ -171,6 +179,19 @@ def test_thread_timeout_abandons_hung_step() -> None:
         pool.reset([0], seeds=[0])
         pool.recv()
         assert pool.step([0], ["ok"]).obs[0].endswith(":1:ok")  # rebuilt env serves again
+
+
+def test_thread_timeout_closes_the_abandoned_env() -> None:
+    # A hung step's env owns what must not outlive the fault (a browser, a sandbox): its close() runs at once.
+    CloseRecordingEnv.closed.clear()
+    with EnvPool(CloseRecordingEnv, 2, backend="thread", step_timeout=0.2) as pool:
+        starts = {i: r[4]["start"] for i, r in _reset_all(pool, [0, 1]).items()}
+        b = _sorted(pool.step([0, 1], ["sleep:3.0", "ok"]))
+        assert b[0][4]["fault"].startswith("timeout:")
+        deadline = time.monotonic() + 2.0
+        while not CloseRecordingEnv.closed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert CloseRecordingEnv.closed == [starts[0]]  # env 0 only, long before its step returns
 
 
 def test_process_timeout_restarts_only_that_worker() -> None:

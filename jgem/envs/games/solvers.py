@@ -1,5 +1,8 @@
 """Scripted reference solvers for the games: `solver_for(env_id)` -> a fresh Solver.
 
+The web envs' tasks carry their own solutions; `solver_for` hands out their solver too
+(`jgem.envs.web.solver`), so the warm start and the tools that play solvers treat them like games.
+
 Each game module defines `class Solver` with `reset(obs, info, env)` and `act(obs, info, env) -> str`;
 `env` is the unwrapped game, for solvers that need what a player can see on the board.
 """
@@ -40,11 +43,19 @@ def game_name(env_id: str) -> str:
 
 
 def has_solver(env_id: str) -> bool:
-    """Whether `env_id` is a game with a scripted reference solver (what a warm start plays)."""
-    return env_id.startswith("game:") and game_name(env_id) in _MODULES
+    """Whether `env_id` has a scripted reference solver (what a warm start plays): a game, or a web id (its shipped
+    tasks carry their solutions; WebArena's own task files have none)."""
+    return (env_id.startswith("game:") and game_name(env_id) in _MODULES) or env_id.startswith(WEB_IDS)
+
+
+WEB_IDS = ("web:", "agentgym:WebArena-v0")
 
 
 def solver_for(env_id: str) -> Solver:
+    if env_id.startswith(WEB_IDS):
+        from jgem.envs.web.solver import Solver as WebSolver
+
+        return WebSolver()
     name = game_name(env_id)
     if name not in _MODULES:
         raise KeyError(f"no scripted solver for {env_id!r}; games with solvers: {', '.join(_MODULES)}")
