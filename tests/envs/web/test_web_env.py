@@ -249,3 +249,39 @@ def test_every_action_kind_on_the_shop(made):
     assert session.current_tab == 0 and "/search" in session.url
     obs = act("close_tab")
     assert len(session.tabs) == 1 and "/cart" in session.url
+
+
+def test_warm_start_data_from_the_scripted_solver_even_with_random_moves():
+    from jgem.models.tokenizer import ChatFormat, load_tokenizer
+    from jgem.rollout.engine import EpisodeSpec
+    from jgem.rollout.scripted import scripted_episodes
+
+    chat = ChatFormat(load_tokenizer())
+    specs = [EpisodeSpec(i, i, 40 + i) for i in range(3)]
+    episodes = scripted_episodes("web:Shop-v0-easy", specs, chat)
+    assert all(e.success and e.transitions[-1].reward == 1.0 for e in episodes)
+    # random moves (epsilon) take the teacher off its plan: it steps back instead of failing
+    noisy = scripted_episodes("web:Shop-v0-easy", specs, chat, epsilon=0.3, seed=1, max_turns=30)
+    assert sum(e.num_turns for e in noisy) > sum(e.num_turns for e in episodes)
+
+
+def test_the_solver_steps_back_after_a_move_off_its_plan(made):
+    env = made("web:Shop-v0-hard")
+    solver = solver_for("web:Shop-v0-hard")
+    for seed in range(20):  # a task whose second element is not on the account page
+        obs, info = env.reset(seed=seed)
+        solver.reset(obs, info, env)
+        obs, *_ = env.step(solver.act(obs, info, env))  # the plan's first step
+        obs, *_ = env.step(f"click [{find(obs, 'link', 'My account')}]")  # off the plan
+        step = info["task"]["solution"][1]
+        if step[0] in ("click", "type") and f"'{step[2]}'" not in obs:
+            break
+    else:
+        pytest.fail("no task in seeds 0..19 has a second element the account page lacks")
+    assert solver.act(obs, info, env) == "go_back"
+    obs, *_ = env.step("go_back")
+    for _ in range(20):
+        obs, reward, terminated, truncated, info = env.step(solver.act(obs, info, env))
+        if terminated or truncated:
+            break
+    assert reward == 1.0
