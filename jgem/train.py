@@ -439,6 +439,7 @@ class Trainer:
                 seed=s,
                 env_kwargs=dict(self.cfg.env.env_kwargs),
                 system_prompt=self.cfg.env.system_prompt,
+                wrappers=tool_wrapper(self.cfg.env),
             )
             batch, _ = self.make_batch(eps, sft=True)
             self.state, m = self._update(self.state, batch)

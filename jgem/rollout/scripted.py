@@ -10,7 +10,7 @@ one prompt per transition.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,13 +48,16 @@ def scripted_episodes(
     seed: int = 0,
     env_kwargs: dict | None = None,
     system_prompt: str | None = None,
+    wrappers: Sequence[Callable[[Env], Env]] = (),
 ) -> list[Episode]:
-    """Play `specs` with the scripted solver of `env_id`; log-probs are 0 (the teacher is not the model)."""
+    """Play `specs` with the scripted solver of `env_id`; log-probs are 0 (the teacher is not the model).
+    `wrappers` go between the env and the view's, as the pool's do (e.g. the training config's tools), so the
+    teacher's prompts are the ones RL will see; the solver itself reads the bare env's observations."""
     rng = np.random.default_rng(seed)
     raw: Env = make(env_id, **(env_kwargs or {}))
     tap = _Tap(raw)
     env: Env = tap
-    for w in wrappers_for_view(view, system_prompt):
+    for w in (*wrappers, *wrappers_for_view(view, system_prompt)):
         env = w(env)
     episodes = []
     for spec in specs:

@@ -162,6 +162,21 @@ def test_scripted_chat_stream_equals_chat_template(setup):
         assert e.success
 
 
+def test_scripted_teacher_sees_the_training_configs_tools(setup):
+    """The warm start's prompts are RL's: the config's tools wrap the teacher's env as they wrap the pool's."""
+    _, chat, *_ = setup
+    from jgem.config import EnvConfig
+    from jgem.envs.with_tools import tool_wrapper
+
+    wrappers = tool_wrapper(EnvConfig(env_id=GUESS, tools=("python",)))
+    plain, tooled = (
+        scripted_episodes(GUESS, [EpisodeSpec(0, 0, 5)], chat, view="chat", wrappers=w)[0] for w in ((), wrappers)
+    )
+    assert "<python>" not in chat.tokenizer.decode(plain.prompt_ids(0).tolist())
+    assert "<python>" in chat.tokenizer.decode(tooled.prompt_ids(0).tolist())
+    assert tooled.success and tooled.num_turns == plain.num_turns  # the solver's moves reach the game unchanged
+
+
 def test_turn_limit_and_token_budget(setup):
     eps, stats = _collect(setup, view="chat", max_turns=1)
     assert all(e.num_turns == 1 for e in eps)
