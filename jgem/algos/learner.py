@@ -377,13 +377,26 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
 
 
 @functools.partial(jax.jit, donate_argnums=0)
+def _mismatch(learner: jax.Array, sampler: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
+    """Sampler vs learner log-probs on the `mask` tokens: mean and max |difference|, and KL(sampler || learner)."""
+    m = mask.astype(jnp.float32)
+    n = jnp.maximum(m.sum(), 1.0)
+    d = learner - sampler
+    return {
+        "logprob_diff_mean": (jnp.abs(d) * m).sum() / n,
+        "logprob_diff_max": jnp.where(mask, jnp.abs(d), 0.0).max(),
+        "sampler_kl": (losses.kl_penalty(sampler, learner, "k3") * m).sum() / n,
+    }
+
+
 def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
     """epochs x minibatches optimizer steps on `batch`; returns the new state and averaged metrics.
 
     Metrics: loss, pg_loss, entropy, kl, clip_frac, ratio, grad_norm (before clipping), skipped (number of
     steps dropped for non-finite gradients), adv_mean/std/min/max over loss tokens, lr, and the critic's
     value_loss / critic_grad_norm with a critic; the sampler/learner mismatch on action tokens at the sampling
-    params (the first optimizer step's minibatch): logprob_diff_mean / logprob_diff_max (|learner - sampler|) and
+    params (the first optimizer step's minibatch, or the whole batch with `tis_cap`, which computes the learner's
+    log-probs of every token there anyway): logprob_diff_mean / logprob_diff_max (|learner - sampler|) and
     sampler_kl (KL(sampler || learner), k3).
     """
     cfg, mesh = state.cfg, state.mesh
@@ -395,10 +408,12 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
     if state.critic_params is None:
         batch = batch.replace(returns=None, values=None, value_mask=None)
 
+    whole_batch_mismatch = None
     if cfg.tis_cap is not None:
         # the learner's log-probs at the sampling params: PPO's ratio is taken against them, and each token's loss
         # is weighted by min(pi_learner / pi_sampler, tis_cap)
         lp0 = _current_logprobs(state, batch, M * n, r)
+        whole_batch_mismatch = _mismatch(lp0, batch.old_logprobs, batch.loss_mask)
         w = jnp.where(batch.loss_mask, jnp.minimum(jnp.exp(lp0 - batch.old_logprobs), cfg.tis_cap), 0.0)
         batch = batch.replace(old_logprobs=lp0, sampler_logprobs=batch.old_logprobs, is_weights=w)
 
@@ -412,8 +427,10 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
         return jax.lax.scan(_optimizer_step, st, _split(data, M, n, r, mesh))
 
     state, metrics = jax.lax.scan(epoch, state, jax.random.split(epoch_rng, cfg.epochs))
-    # the sampler/learner mismatch is the first optimizer step's (before any update: the sampling params)
+    # the sampler/learner mismatch is the first optimizer step's (before any update: the sampling params), or
+    # the whole batch's when tis_cap already computed the learner's log-probs of every token there
     first = {k: metrics.pop(k)[0, 0] for k in ("logprob_diff_mean", "logprob_diff_max", "sampler_kl")}
+    first = whole_batch_mismatch or first
     # a skipped step's metrics are inf/nan: average the applied steps (nan if none), count the skipped
     applied = metrics["skipped"] == 0
     n_applied = applied.sum()

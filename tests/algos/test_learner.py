@@ -255,6 +255,14 @@ def test_update_logs_the_sampler_learner_mismatch_on_action_tokens():
     np.testing.assert_allclose(float(m["logprob_diff_max"]), np.abs(d)[mask].max(), rtol=1e-4)
     kl = np.exp(d) - 1.0 - d  # k3 of log(sampler / learner) = -d
     np.testing.assert_allclose(float(m["sampler_kl"]), kl[mask].mean(), rtol=1e-3)
+    # two minibatches: the first one's tokens only, unless tis_cap has the whole batch's learner log-probs
+    cfg2 = dataclasses.replace(cfg, minibatches=2, micro_batch_size=None, shuffle=False)
+    _, m = update(init_train_state(model, cfg2), batch)  # minibatch 0: the even rows (`_split`: row mod M)
+    np.testing.assert_allclose(float(m["logprob_diff_mean"]), np.abs(d[::2])[mask[::2]].mean(), rtol=1e-4)
+    _, m = update(init_train_state(model, dataclasses.replace(cfg2, tis_cap=100.0)), batch)
+    np.testing.assert_allclose(float(m["logprob_diff_mean"]), np.abs(d)[mask].mean(), rtol=1e-4)
+    np.testing.assert_allclose(float(m["logprob_diff_max"]), np.abs(d)[mask].max(), rtol=1e-4)
+    np.testing.assert_allclose(float(m["sampler_kl"]), kl[mask].mean(), rtol=1e-3)
 
 
 @pytest.mark.parametrize("policy_loss", ["reinforce", "ppo"])
