@@ -30,6 +30,7 @@ from jgem.core import Env, StepResult
 from jgem.envs.web.actions import ActionError, parse
 from jgem.envs.web.browser import BrowserSession
 from jgem.envs.web.evaluators import FuzzyJudge, evaluate
+from jgem.envs.web.observation import elements
 from jgem.envs.web.tasks import SHIPPED_SITES, fill_urls, placeholders, read_tasks
 
 SITES = {"shop": "jgem.envs.web.sites.shop:ShopSite", "forum": "jgem.envs.web.sites.forum:ForumSite"}
@@ -183,9 +184,9 @@ class WebEnv(Env):
         return self.session.observe(kind=self.observation, budget=self.budget)
 
     def sample_random_action(self) -> str:
-        ids = [line.split("]", 1)[0].strip().lstrip("[") for line in self._observe().splitlines() if "] " in line]
-        ids = [i for i in ids if i.isdigit()]
-        choices = ["scroll [down]", "scroll [up]", "go_back"] + [f"click [{i}]" for i in ids]
+        """A click on a link or button of the page, a scroll or a step back (what a random agent would do)."""
+        clickable = [i for i, role, _ in elements(self._observe()) if role in ("link", "button")]
+        choices = ["scroll [down]", "scroll [up]", "go_back"] + [f"click [{i}]" for i in clickable]
         return choices[int(self.np_random.integers(len(choices)))]
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
