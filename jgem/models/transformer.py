@@ -20,6 +20,7 @@ from jgem.sharding.rules import constrain
 __all__ = ["KVCache", "SlotCache", "Transformer", "init_cache", "remat_policy"]
 
 Array = jax.Array
+LORA_STREAM = 0x10A  # folded into the params key for the adapters' stream
 
 
 def remat_policy(name: str):
@@ -43,7 +44,10 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         pd = cfg.param_dtype
         self.embed = param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), pd)
-        self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        # LoRA adapters draw from a stream of their own, derived from (not drawn from) `rngs`: a model with
+        # adapters has the same base weights as the model of the same seed without them
+        lora_rngs = nnx.Rngs(params=jax.random.fold_in(rngs.params.key[...], LORA_STREAM))
+        self.layers = nnx.List([Block(cfg, rngs=rngs, lora_rngs=lora_rngs) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
         if not cfg.tie_word_embeddings:
             self.lm_head = param(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), pd)
