@@ -91,8 +91,9 @@ def test_a_run_from_before_lora_resumes_and_a_changed_lora_is_refused(tmp_path, 
 def test_sampler_and_learner_see_the_adapted_model_and_the_reference_is_the_base(tmp_path):
     """Adapters moved off their init: the learner's recomputed log-probs equal the sampler's on every action token
     (and differ from the base's), while the KL reference's log-probs are the base model's, before and after an
-    update."""
-    tr = Trainer(small_config(str(tmp_path), steps=1, model={"lora": LORA}, learner={"kl_coef": 0.1}))
+    update. With remat, as the large presets train."""
+    cfg = small_config(str(tmp_path), steps=1, model={"lora": LORA, "remat": "full"}, learner={"kl_coef": 0.1})
+    tr = Trainer(cfg)
     keys = iter(jax.random.split(jax.random.key(1), len(jax.tree.leaves(tr.state.params))))
     moved = jax.tree.map(
         lambda x: x + jax.device_put(0.3 * jax.random.normal(next(keys), x.shape, x.dtype), x.sharding), tr.state.params
