@@ -4,7 +4,8 @@
 RUN_DIR exports the run's latest checkpoint; RUN_DIR/checkpoints/STEP that step. DIR gets config.json,
 safetensors weights (jgem.models.hf.save_pretrained) and the run's tokenizer files, so
 `transformers.AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load it
-(and `--model.path DIR` trains on from it). The critic (PPO) is not exported.
+(and `--model.path DIR` trains on from it). A LoRA run's adapters are merged into the weights they adapt,
+W + (alpha / rank) A B, so DIR holds a plain model of the base's shapes. The critic (PPO) is not exported.
 """
 
 from __future__ import annotations

@@ -102,13 +102,20 @@ def config_fingerprint(config: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def config_diff(saved: dict[str, Any], current: dict[str, Any], ignore: tuple[str, ...] = ()) -> list[str]:
-    """Fields that differ between two flattened configs, as readable lines; `ignore` holds field prefixes."""
+def config_diff(
+    saved: dict[str, Any], current: dict[str, Any], ignore: tuple[str, ...] = (), defaults: dict[str, Any] | None = None
+) -> list[str]:
+    """Fields that differ between two flattened configs, as readable lines; `ignore` holds field prefixes. With
+    `defaults` (the flattened default config), a field `saved` lacks (a run older than the field) matches a current
+    value equal to its default."""
     lines = []
+    defaults = defaults or {}
     for key in sorted(set(saved) | set(current)):
         if any(key == p or key.startswith(p + ".") for p in ignore):
             continue
         a, b = saved.get(key, "<missing>"), current.get(key, "<missing>")
+        if key not in saved and key in defaults and b == defaults[key]:
+            continue
         if a != b:
             lines.append(f"{key}: checkpoint={a!r} now={b!r}")
     return lines
@@ -118,12 +125,22 @@ class Checkpointer:
     """Saves and restores (device state, host state) under `config.directory`.
 
     `run_config` (a dataclass or dict) is stored with every step; restoring under a run_config that
-    differs outside `ignore_fields` (field-path prefixes like "logging") raises ConfigMismatchError.
+    differs outside `ignore_fields` (field-path prefixes like "logging") raises ConfigMismatchError. Fields a
+    checkpoint lacks (written before they existed) match when they hold their value in `defaults` (the run config's
+    type at its defaults) now.
     """
 
-    def __init__(self, config: CheckpointConfig, *, run_config: Any = None, ignore_fields: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        *,
+        run_config: Any = None,
+        ignore_fields: tuple[str, ...] = (),
+        defaults: Any = None,
+    ):
         self.config = config
         self.run_config = flatten_config(run_config) if run_config is not None else {}
+        self.defaults = flatten_config(defaults) if defaults is not None else {}
         self.fingerprint = config_fingerprint(run_config) if run_config is not None else None
         self.ignore_fields = tuple(ignore_fields)
         policies: list[ocm.PreservationPolicy] = [ocm.LatestN(n=config.keep_last)]
@@ -221,13 +238,14 @@ class Checkpointer:
         return self._manager.best_step()
 
     def restore(self, step: int, target: Any) -> Restored:
-        """Restore `step` into the structure, dtypes and shardings of `target` (arrays or ShapeDtypeStructs)."""
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
-        out = self._manager.restore(
-            step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), host=ocp.args.JsonRestore())
-        )
-        host = dict(out.host)
+        """Restore `step` into the structure, dtypes and shardings of `target` (arrays or ShapeDtypeStructs).
+
+        The run config is checked first, from the host state alone: a checkpoint of another config (whose state
+        may not even fit `target`'s structure) is refused, not mistaken for a corrupt one."""
+        host = dict(self._manager.restore(step, args=ocp.args.Composite(host=ocp.args.JsonRestore())).host)
         self.check_config(host, step)
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
+        out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
         return Restored(step=step, state=out.state, host=host)
 
     def restore_latest(self, target: Any) -> Restored | None:
@@ -278,7 +296,7 @@ class Checkpointer:
         """Refuse a checkpoint written under a different run config."""
         if not self.run_config:
             return
-        diff = config_diff(host.get("config") or {}, self.run_config, self.ignore_fields)
+        diff = config_diff(host.get("config") or {}, self.run_config, self.ignore_fields, self.defaults)
         if diff:
             where = f"step {step} in " if step is not None else ""
             raise ConfigMismatchError(

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from tyro.constructors import PrimitiveConstructorSpec
 
 from jgem.algos.learner import LearnerConfig
+from jgem.models.config import LoraConfig
 from jgem.rollout.engine import RolloutConfig
 from jgem.sharding.mesh import MeshConfig
 
@@ -77,6 +78,8 @@ class ModelSpec:
     # True / False, as older configs say, mean "full" / "none".
     remat: bool | str = "none"
     attention: str = "auto"  # jgem.models.config.ATTENTION: auto, xla, blockwise, cudnn, splash
+    # LoRA adapters (`--model.lora.rank 16`): only they train, the base weights stay frozen; rank 0: full fine-tuning
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass(frozen=True)

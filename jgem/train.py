@@ -178,12 +178,13 @@ class Trainer:
             param_dtype=cfg.model.param_dtype,
             remat=cfg.model.remat,
             attention=cfg.model.attention,
+            lora=cfg.model.lora,
         )
         if cfg.model.path is not None:
-            model, mcfg = load_pretrained(cfg.model.path, mesh=self.mesh, **dt)
+            model, mcfg = load_pretrained(cfg.model.path, mesh=self.mesh, seed=cfg.seed, **dt)
             critic = None
             if ppo:
-                critic, _ = load_pretrained(cfg.model.path, mesh=self.mesh, value_head=True, **dt)
+                critic, _ = load_pretrained(cfg.model.path, mesh=self.mesh, value_head=True, seed=cfg.seed, **dt)
         else:
             mcfg = preset(cfg.model.preset, **dt)
             if len(tokenizer) > mcfg.vocab_size:
@@ -479,6 +480,7 @@ class Trainer:
                 best_metric="eval/success_rate" if cfg.eval_every else None,
             ),
             run_config=cfg,
+            defaults=TrainConfig(),  # a field newer than the run's checkpoints resumes at its default
             ignore_fields=(
                 "run_dir",  # the checkpoints found there are the run's: it may be moved, or named relatively
                 "steps",

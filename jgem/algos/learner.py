@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jgem.algos import losses
 from jgem.algos.critic import critic_values
 from jgem.algos.types import TrainBatch
+from jgem.models.lora import trainable
 from jgem.models.sampler import token_logprobs
 from jgem.sharding.rules import DEFAULT_RULES, Rules, batch_spec, check_batch_size, constrain_tree, shard_tree
 
@@ -94,10 +95,10 @@ class TrainState(struct.PyTreeNode):
     """Device state of the learner; graphdefs, config and mesh are static (part of the tree structure)."""
 
     step: jax.Array  # number of `update` calls
-    params: Any  # nnx.State of the policy's Params
+    params: Any  # nnx.State of what trains in the policy: every Param, or with LoRA only the adapters
     opt_state: Any
     rng: jax.Array
-    model_state: Any = None  # the policy's non-Param variables (not trained)
+    model_state: Any = None  # the policy's other variables, not trained (with LoRA: the frozen base weights)
     critic_params: Any = None
     critic_opt_state: Any = None
     critic_state: Any = None
@@ -151,15 +152,17 @@ def init_train_state(
     rules: Rules = DEFAULT_RULES,
     reference: bool = False,
 ) -> TrainState:
-    """Split `model` (and the optional `critic`) into params and build optimizer states, placed on `mesh`.
-    With `reference`, `ref_params` starts as a copy of the params (the KL penalty's reference policy)."""
-    graphdef, params, model_state = nnx.split(model, nnx.Param, ...)
+    """Split `model` (and the optional `critic`) into what trains (`jgem.models.lora.trainable`: every Param, or
+    a LoRA model's adapters and value head) and the rest, and build optimizer states for the former, placed on
+    `mesh`. With `reference`, `ref_params` starts as a copy of the params (the KL penalty's reference policy;
+    with LoRA, of the adapters: the reference is the frozen base plus its initial, zero-output adapters)."""
+    graphdef, params, model_state = nnx.split(model, trainable(model), ...)
     critic_graphdef = critic_params = critic_state = critic_opt = None
     place = functools.partial(_place, mesh=mesh, rules=rules)
     params, model_state = place(params), place(model_state)
     opt_state = place(make_optimizer(cfg).init(params))
     if critic is not None:
-        critic_graphdef, critic_params, critic_state = nnx.split(critic, nnx.Param, ...)
+        critic_graphdef, critic_params, critic_state = nnx.split(critic, trainable(critic), ...)
         critic_params, critic_state = place(critic_params), place(critic_state)
         critic_opt = place(make_optimizer(cfg, critic=True).init(critic_params))
     ref_params = jax.tree.map(jnp.copy, params) if reference else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ ATTENTION = ("auto", "xla", "blockwise", "cudnn", "splash")  # jgem.models.atten
 # none; full = nothing_saveable (recompute the block); dots_saveable / dots_with_no_batch_dims_saveable (keep
 # matmul outputs); offload_dots (matmul outputs without batch dims go to pinned host memory, accelerators only).
 REMAT = ("none", "full", "nothing_saveable", "dots_saveable", "dots_with_no_batch_dims_saveable", "offload_dots")
+# The projections a LoRA adapter can sit on (jgem.models.layers; the names of their weights).
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 _REMAT_BOOLS = {True: "full", False: "none", "true": "full", "false": "none", "True": "full", "False": "none"}
 
 
@@ -36,6 +39,34 @@ class RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """Low-rank adapters (jgem.models.lora): each targeted projection W computes x W + (alpha / rank) x A B, with
+    A[in, rank] and B[rank, out] trained and W frozen. rank 0: no adapters (every weight trains)."""
+
+    rank: int = 0
+    alpha: float = 16.0  # the adapters' output is scaled by alpha / rank
+    targets: tuple[str, ...] = LORA_TARGETS  # any of LORA_TARGETS
+
+    def __post_init__(self):
+        object.__setattr__(self, "targets", tuple(self.targets))  # a list, as read back from JSON
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+            raise ValueError(f"lora.rank is {self.rank!r}; it must be an integer >= 0 (0: no adapters)")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < math.inf:
+            raise ValueError(f"lora.alpha is {self.alpha!r}; it must be a finite number > 0")
+        bad = [t for t in self.targets if t not in LORA_TARGETS]
+        if bad or not self.targets or len(set(self.targets)) != len(self.targets):
+            raise ValueError(
+                f"lora.targets is {self.targets!r}; it must name each projection at most once, "
+                f"one or more of {LORA_TARGETS}"
+            )
+
+    @property
+    def scale(self) -> float:
+        """alpha / rank, the adapters' output scale (0 without adapters)."""
+        return self.alpha / self.rank if self.rank else 0.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +90,7 @@ class ModelConfig:
     param_dtype: str = "float32"
     remat: str = "none"  # a policy name (REMAT); True / False are read as "full" / "none"
     attention: str = "auto"  # ATTENTION: auto picks by platform and shape (jgem.models.attention.choose)
+    lora: LoraConfig = LoraConfig()  # adapters on the projections; rank 0 (the default): none
 
     def __post_init__(self):
         object.__setattr__(self, "remat", remat_name(self.remat))
@@ -81,8 +113,16 @@ class ModelConfig:
         return dataclasses.replace(self, **changes)
 
     @property
+    def num_lora_params(self) -> int:
+        """The adapters' parameter count: rank x (in + out) of each targeted projection in every layer."""
+        d, f, r = self.hidden_size, self.intermediate_size, self.lora.rank
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        sizes = {"q": (d, q), "k": (d, kv), "v": (d, kv), "o": (q, d), "gate": (d, f), "up": (d, f), "down": (f, d)}
+        return self.num_layers * sum(r * sum(sizes[t]) for t in self.lora.targets)
+
+    @property
     def num_params(self) -> int:
-        """Parameter count (without a value head)."""
+        """Parameter count (without a value head or LoRA adapters)."""
         d, h, n, k, f = self.hidden_size, self.head_dim, self.num_heads, self.num_kv_heads, self.intermediate_size
         attn = d * n * h + 2 * d * k * h + n * h * d
         if self.qkv_bias:

@@ -21,7 +21,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jgem.models.config import ModelConfig
+from jgem.models.config import LoraConfig, ModelConfig
+from jgem.models.lora import fresh_adapters, merged
 from jgem.models.transformer import Transformer
 
 # HF key regex -> (jgem param path template, layout). Layouts: "id" same array; "T" transposed 2-D;
@@ -204,19 +205,22 @@ def load_pretrained(
     param_dtype: str | None = None,
     remat: bool | str | None = None,
     attention: str | None = None,
+    lora: LoraConfig | None = None,
     value_head: bool = False,
+    seed: int = 0,
     rules: dict[str, tuple[str, ...]] | None = None,
     sharding_fn: Callable[[tuple[str | None, ...], tuple[int, ...]], Any] | None = None,
 ) -> tuple[Transformer, ModelConfig]:
     """Loads a local HF checkpoint directory (config.json + *.safetensors, single or sharded with an index).
 
-    dtype / param_dtype override the compute / parameter dtypes (default float32); remat and attention the
-    `ModelConfig` fields of those names (defaults "none" and "auto"). With `mesh`, each tensor
+    dtype / param_dtype override the compute / parameter dtypes (default float32); remat, attention and lora the
+    `ModelConfig` fields of those names (defaults "none", "auto" and no adapters). With `mesh`, each tensor
     goes straight to its NamedSharding (from the logical axis names via `rules`, or `sharding_fn(names, shape)`).
-    A value head missing from the checkpoint is freshly initialised (seed 0).
+    What the checkpoint cannot hold is freshly initialised: a value head (seed 0) and LoRA adapters (from `seed`,
+    as `Transformer(cfg, rngs=nnx.Rngs(seed))` draws them).
     """
     path = os.fspath(path)
-    given = (("dtype", dtype), ("param_dtype", param_dtype), ("remat", remat), ("attention", attention))
+    given = (("dtype", dtype), ("param_dtype", param_dtype), ("remat", remat), ("attention", attention), ("lora", lora))
     overrides = {k: v for k, v in given if v is not None}
     cfg = ModelConfig.from_hf(path, **overrides)
     abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0), value_head=value_head))
@@ -225,6 +229,15 @@ def load_pretrained(
     tensors = _checkpoint_tensors(path)
 
     filled: dict[str, jax.Array] = {}
+    if cfg.lora.rank:
+        for name, arr in fresh_adapters(cfg, seed=seed).items():
+            var = targets[name]
+            names = var.get_metadata().get("out_sharding")
+            if mesh is None and sharding_fn is None:
+                filled[name] = arr
+            else:
+                sh = sharding_fn(names, var.shape) if sharding_fn else logical_sharding(names, var.shape, mesh, rules)
+                filled[name] = jax.device_put(arr, sh)
     unexpected, misshaped = [], []
     seen_bad: set[str] = set()
     for key, arr in tensors.items():
@@ -313,12 +326,13 @@ def save_pretrained(
     """Writes config.json + safetensors that transformers loads; shards into several files plus
     model.safetensors.index.json when the weights exceed `max_shard_bytes`. Returns the files written.
 
-    dtype (e.g. "bfloat16") converts the saved weights; default keeps the param dtype.
+    dtype (e.g. "bfloat16") converts the saved weights; default keeps the param dtype. LoRA adapters are merged
+    into their projections (`jgem.models.lora.merged`): the checkpoint is a plain model of the same shapes.
     """
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}
-    for p, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+    for p, var in nnx.to_flat_state(nnx.state(merged(model), nnx.Param)):
         key, layout = _jgem_to_hf_key(_path_str(p))
         arr = np.asarray(jax.device_get(var[...]))
         if dtype is not None:

@@ -23,6 +23,7 @@ Array = jax.Array
 ACTIVATIONS = ("batch", None, None)  # [B,T,D]
 HEADS = ("batch", None, "heads", None)  # [B,T,N,H]
 KV_HEADS = ("batch", None, "kv_heads", None)  # [B,T,K,H]
+LORA_AXIS = "lora"  # the logical name of a LoRA adapter's rank axis (replicated: sharding/rules.py)
 
 
 def param(
@@ -93,23 +94,50 @@ def dense(x: Array, w: Array) -> Array:
     return y.reshape(*lead, *w.shape[1:])
 
 
-def project(x: Array, p: nnx.Param) -> Array:
+def project(x: Array, p: nnx.Param, lora: nnx.LoRA | None = None, scale: float = 1.0) -> Array:
     """x[..., K] times the projection `p`, stored [in..., out...] and read as [K, N] -> [..., N] in x's dtype;
-    inside `cpu.out_in_weights` (the CPU decode), `p` holds its [N, K] copy instead."""
+    inside `cpu.out_in_weights` (the CPU decode), `p` holds its [N, K] copy instead. With a LoRA adapter, plus
+    scale * (x A) B (A[K, rank], B[rank, N])."""
     w = p[...].astype(x.dtype)
-    if cpu.out_in_active():
-        return cpu.dense_out_in(x, w)
-    return dense(x, w.reshape(x.shape[-1], -1))
+    y = cpu.dense_out_in(x, w) if cpu.out_in_active() else dense(x, w.reshape(x.shape[-1], -1))
+    return y if lora is None else y + scale * lora(x)
+
+
+def adapter(
+    cfg: ModelConfig, target: str, shape: tuple[int, int], names: tuple[str, str], rngs: nnx.Rngs
+) -> nnx.LoRA | None:
+    """The LoRA adapter of projection `target` (read as [K, N] = `shape`, logical axes `names`) when `cfg.lora`
+    puts one there, else None: A[K, rank] He-uniform, B[rank, N] zero, so the adapted model starts equal to its
+    base; float32 (they are small, and Adam's small steps would vanish in bfloat16), computed in cfg.dtype."""
+    lora = cfg.lora
+    if not lora.rank or target not in lora.targets:
+        return None
+    meta = lambda axes: {"out_sharding": axes, "eager_sharding": False}
+    return nnx.LoRA(
+        shape[0],
+        lora.rank,
+        shape[1],
+        dtype=jnp.dtype(cfg.dtype),
+        param_dtype=jnp.float32,
+        rngs=rngs,
+        a_metadata=meta((names[0], LORA_AXIS)),
+        b_metadata=meta((LORA_AXIS, names[1])),
+    )
 
 
 class Attention(nnx.Module):
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, lora_rngs: nnx.Rngs):
         d, n, k, h, pd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.param_dtype
         self.cfg = cfg
         self.q = param(rngs, (d, n, h), ("embed", "heads", "head_dim"), pd)
         self.k = param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), pd)
         self.v = param(rngs, (d, k, h), ("embed", "kv_heads", "head_dim"), pd)
         self.o = param(rngs, (n, h, d), ("heads", "head_dim", "embed"), pd)
+        # the adapters' [K, N] axes: the flattened heads take the heads' name (tensor-sharded in whole heads)
+        self.q_lora = adapter(cfg, "q", (d, n * h), ("embed", "heads"), lora_rngs)
+        self.k_lora = adapter(cfg, "k", (d, k * h), ("embed", "kv_heads"), lora_rngs)
+        self.v_lora = adapter(cfg, "v", (d, k * h), ("embed", "kv_heads"), lora_rngs)
+        self.o_lora = adapter(cfg, "o", (n * h, d), ("heads", "embed"), lora_rngs)
         if cfg.qkv_bias:
             self.q_bias = param(rngs, (n, h), ("heads", "head_dim"), pd)
             self.k_bias = param(rngs, (k, h), ("kv_heads", "head_dim"), pd)
@@ -127,9 +155,10 @@ class Attention(nnx.Module):
         dt = x.dtype
         b, t = x.shape[:2]
         n, kh, h = self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim
-        q = constrain(project(x, self.q).reshape(b, t, n, h), HEADS)  # "BTD,DNH->BTNH"
-        k = constrain(project(x, self.k).reshape(b, t, kh, h), KV_HEADS)  # "BTD,DKH->BTKH"
-        v = constrain(project(x, self.v).reshape(b, t, kh, h), KV_HEADS)
+        s = self.cfg.lora.scale
+        q = constrain(project(x, self.q, self.q_lora, s).reshape(b, t, n, h), HEADS)  # "BTD,DNH->BTNH"
+        k = constrain(project(x, self.k, self.k_lora, s).reshape(b, t, kh, h), KV_HEADS)  # "BTD,DKH->BTKH"
+        v = constrain(project(x, self.v, self.v_lora, s).reshape(b, t, kh, h), KV_HEADS)
         if self.cfg.qkv_bias:
             q = q + self.q_bias[...].astype(dt)
             k = k + self.k_bias[...].astype(dt)
@@ -155,27 +184,34 @@ class Attention(nnx.Module):
                 kv = (ck, cv)
                 k, v = ck, cv
         out = constrain(attention(q, k, v, mask, self.cfg.attention), HEADS)  # [B,T,N,H]
-        return project(out.reshape(b, t, n * h), self.o), kv  # "BTNH,NHD->BTD" as one [B*T, N*H] x [N*H, D] matmul
+        # "BTNH,NHD->BTD" as one [B*T, N*H] x [N*H, D] matmul
+        return project(out.reshape(b, t, n * h), self.o, self.o_lora, s), kv
 
 
 class MLP(nnx.Module):
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, lora_rngs: nnx.Rngs):
         d, f, pd = cfg.hidden_size, cfg.intermediate_size, cfg.param_dtype
         self.gate = param(rngs, (d, f), ("embed", "mlp"), pd)
         self.up = param(rngs, (d, f), ("embed", "mlp"), pd)
         self.down = param(rngs, (f, d), ("mlp", "embed"), pd)
+        self.gate_lora = adapter(cfg, "gate", (d, f), ("embed", "mlp"), lora_rngs)
+        self.up_lora = adapter(cfg, "up", (d, f), ("embed", "mlp"), lora_rngs)
+        self.down_lora = adapter(cfg, "down", (f, d), ("mlp", "embed"), lora_rngs)
+        self.lora_scale = cfg.lora.scale
 
     def __call__(self, x: Array) -> Array:
-        hidden = constrain(jax.nn.silu(project(x, self.gate)) * project(x, self.up), ("batch", None, "mlp"))
-        return project(hidden, self.down)
+        s = self.lora_scale
+        gate, up = project(x, self.gate, self.gate_lora, s), project(x, self.up, self.up_lora, s)
+        hidden = constrain(jax.nn.silu(gate) * up, ("batch", None, "mlp"))
+        return project(hidden, self.down, self.down_lora, s)
 
 
 class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, lora_rngs: nnx.Rngs):
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
-        self.attn = Attention(cfg, rngs=rngs)
+        self.attn = Attention(cfg, rngs=rngs, lora_rngs=lora_rngs)
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
-        self.mlp = MLP(cfg, rngs=rngs)
+        self.mlp = MLP(cfg, rngs=rngs, lora_rngs=lora_rngs)
 
     def __call__(self, x, cos, sin, mask, kv, end):
         a, kv = self.attn(self.attn_norm(x), cos, sin, mask, kv, end)

@@ -6,6 +6,8 @@ attention is causal over slots, and with `segment_ids` a token only sees its own
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -20,6 +22,7 @@ from jgem.sharding.rules import constrain
 __all__ = ["KVCache", "SlotCache", "Transformer", "init_cache", "remat_policy"]
 
 Array = jax.Array
+LORA_STREAM = 0x10A  # folded into the params key for the adapters' stream
 
 
 def remat_policy(name: str):
@@ -43,7 +46,10 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         pd = cfg.param_dtype
         self.embed = param(rngs, (cfg.vocab_size, cfg.hidden_size), ("vocab", "embed"), pd)
-        self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+        # LoRA adapters draw from a stream of their own, derived from (not drawn from) `rngs`: a model with
+        # adapters has the same base weights as the model of the same seed without them
+        lora_rngs = nnx.Rngs(params=jax.random.fold_in(rngs.params.key[...], LORA_STREAM))
+        self.layers = nnx.List([Block(cfg, rngs=rngs, lora_rngs=lora_rngs) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
         if not cfg.tie_word_embeddings:
             self.lm_head = param(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), pd)
@@ -83,9 +89,8 @@ class Transformer(nnx.Module):
             q_slot = jnp.broadcast_to(end + jnp.arange(t, dtype=jnp.int32), (b, t))
             mask = Mask(q_slot, seg, kv_seg)
         remat, policy = remat_policy(cfg.remat)
-        # rematerialisation saves activations for a backward pass: forwards over a cache (sampling) have none, and
-        # nnx.remat inside the engine's decode loop would trip flax's trace-context check
-        step = nnx.remat(_block, policy=policy) if remat and cache is None else _block
+        # rematerialisation saves activations for a backward pass: forwards over a cache (sampling) have none
+        step = functools.partial(_remat_block, policy=policy) if remat and cache is None else _block
         ks, vs = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
@@ -132,3 +137,11 @@ class Transformer(nnx.Module):
 
 def _block(layer: Block, x, cos, sin, mask, kv, end):
     return layer(x, cos, sin, mask, kv, end)
+
+
+def _remat_block(layer: Block, *args, policy):
+    """`layer(*args)` under `jax.checkpoint(policy=policy)`, as a pure function of the layer's state. Nothing is
+    written back to the layer's Variables (`nnx.remat` writes them back), so it runs wherever they come from an
+    outer trace: a module closed over by jit or scan, or LoRA's frozen base weights under `jax.grad`."""
+    graphdef, state = nnx.split(layer)
+    return jax.checkpoint(lambda st, *a: nnx.merge(graphdef, st)(*a), policy=policy)(state, *args)

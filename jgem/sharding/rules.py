@@ -24,6 +24,7 @@ DEFAULT_RULES: Rules = (
     ("heads", "tensor"),
     ("kv_heads", "tensor"),
     ("head_dim", None),
+    ("lora", None),  # a LoRA adapter's rank axis: a few columns, replicated (its other axis shards as its weight's)
     ("layers", None),
     ("norm", None),
 )

@@ -1,0 +1,128 @@
+"""LoRA adapters in the model: an adapted model starts equal to its base, the merge equals the adapted model,
+the config refuses what cannot train, the adapters shard like their weights, and a checkpoint load adds them."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jgem.models.config import LORA_TARGETS, LoraConfig, preset
+from jgem.models.hf import load_pretrained, save_pretrained
+from jgem.models.kvcache import init_cache
+from jgem.models.lora import merged, trainable
+from jgem.models.transformer import Transformer
+from jgem.sharding.mesh import MeshConfig, make_mesh
+from jgem.sharding.rules import tree_shardings
+
+CFG = preset("tiny", num_layers=2, hidden_size=64, intermediate_size=96, num_heads=4, num_kv_heads=2, head_dim=16)
+LORA = CFG.replace(lora=LoraConfig(rank=4, alpha=8.0))
+TOKENS = jnp.asarray(np.random.default_rng(0).integers(3, CFG.vocab_size, (2, 24)), jnp.int32)
+POSITIONS = jnp.broadcast_to(jnp.arange(24, dtype=jnp.int32), (2, 24))
+
+
+@nnx.jit
+def _logits(model: Transformer, tokens, positions, cache=None):
+    return model(tokens, positions, cache=cache)[0]
+
+
+def _perturbed(model: Transformer, seed: int = 1) -> Transformer:
+    """`model` with every adapter moved off its init (B nonzero), as training moves it."""
+    state = nnx.state(model, nnx.LoRAParam)
+    keys = iter(jax.random.split(jax.random.key(seed), len(jax.tree.leaves(state))))
+    nnx.update(model, jax.tree.map(lambda x: x + 0.05 * jax.random.normal(next(keys), x.shape, x.dtype), state))
+    return model
+
+
+def _flat(model: nnx.Module, what) -> dict:
+    return {p: np.asarray(v[...]) for p, v in nnx.to_flat_state(nnx.state(model, what))}
+
+
+def test_an_adapted_model_starts_equal_to_its_base():
+    base, adapted = Transformer(CFG, rngs=nnx.Rngs(3)), Transformer(LORA, rngs=nnx.Rngs(3))
+    # the adapters draw from their own stream: the base weights are those of the same seed without adapters
+    base_w, adapted_w = _flat(base, nnx.Param), _flat(adapted, nnx.Not(nnx.LoRAParam))
+    assert base_w.keys() == adapted_w.keys()
+    assert all(np.array_equal(base_w[k], adapted_w[k]) for k in base_w)
+    adapters = _flat(adapted, nnx.LoRAParam)
+    assert len(adapters) == 2 * len(LORA_TARGETS) * CFG.num_layers
+    assert sum(a.size for a in adapters.values()) == LORA.num_lora_params
+    assert all((a != 0).any() if p[-1] == "lora_a" else not a.any() for p, a in adapters.items())  # B = 0, A random
+    # logits, teacher-forced and through a cache, bit-equal the base model's
+    np.testing.assert_array_equal(_logits(adapted, TOKENS, POSITIONS), _logits(base, TOKENS, POSITIONS))
+    cache = init_cache(CFG, 2, 32)
+    np.testing.assert_array_equal(_logits(adapted, TOKENS, POSITIONS, cache), _logits(base, TOKENS, POSITIONS, cache))
+
+
+@pytest.mark.parametrize("targets", [LORA_TARGETS, ("v", "down")])
+def test_the_merged_model_equals_the_adapted_one(targets):
+    cfg = CFG.replace(lora=LoraConfig(rank=4, alpha=8.0, targets=targets))
+    adapted = _perturbed(Transformer(cfg, rngs=nnx.Rngs(0)))
+    base_logits = _logits(Transformer(CFG, rngs=nnx.Rngs(0)), TOKENS, POSITIONS)
+    logits = _logits(adapted, TOKENS, POSITIONS)
+    assert float(jnp.abs(logits - base_logits).max()) > 1e-2, "the adapters must change the model"
+    plain = merged(adapted)
+    assert plain.cfg == CFG and not jax.tree.leaves(nnx.state(plain, nnx.LoRAParam))
+    np.testing.assert_allclose(_logits(plain, TOKENS, POSITIONS), logits, atol=2e-5, rtol=2e-5)
+    # untargeted projections keep their weights
+    untouched = {k for k in ("q", "k", "v", "o") if k not in targets}
+    for layer_m, layer_a in zip(plain.layers, adapted.layers):
+        for k in untouched:
+            np.testing.assert_array_equal(getattr(layer_m.attn, k)[...], getattr(layer_a.attn, k)[...])
+
+
+def test_only_adapters_and_a_value_head_are_trainable():
+    critic = Transformer(LORA, rngs=nnx.Rngs(0), value_head=True)
+    names = {".".join(map(str, p)) for p, _ in nnx.to_flat_state(nnx.state(critic, trainable(critic)))}
+    assert {"value_w", "value_b"} <= names
+    assert names - {"value_w", "value_b"} == {n for n in names if n.endswith(("lora_a", "lora_b"))}
+    plain = Transformer(CFG, rngs=nnx.Rngs(0))
+    assert trainable(plain) is nnx.Param
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"rank": -1}, "lora.rank is -1; it must be an integer >= 0"),
+        ({"rank": 4, "alpha": 0.0}, "lora.alpha is 0.0; it must be a finite number > 0"),
+        ({"rank": 4, "alpha": float("nan")}, "lora.alpha is nan"),
+        ({"rank": 4, "targets": ("q", "mlp")}, r"lora.targets is \('q', 'mlp'\)"),
+        ({"rank": 4, "targets": ()}, "one or more of"),
+        ({"rank": 4, "targets": ("q", "q")}, "at most once"),
+    ],
+)
+def test_bad_lora_configs_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LoraConfig(**kwargs)
+
+
+def test_adapters_shard_like_their_weights():
+    """On a (fsdp 4, tensor 2) mesh: A takes its weight's input axis, B its output axis, the rank axis is whole."""
+    mesh = make_mesh(MeshConfig(data=1, fsdp=4, tensor=2), devices=jax.devices()[:8])
+    state = nnx.state(nnx.eval_shape(lambda: Transformer(LORA, rngs=nnx.Rngs(0))))
+    attn, mlp = (tree_shardings(state, mesh)["layers"][0][k] for k in ("attn", "mlp"))
+    spec = lambda v: tuple(v.get_value().spec)
+    assert spec(attn["q_lora"]["lora_a"]) == ("fsdp", None) and spec(attn["q_lora"]["lora_b"]) == (None, "tensor")
+    assert spec(attn["o_lora"]["lora_a"]) == ("tensor", None) and spec(attn["o_lora"]["lora_b"]) == (None, "fsdp")
+    assert spec(mlp["down_lora"]["lora_a"]) == ("tensor", None) and spec(mlp["down_lora"]["lora_b"]) == (None, "fsdp")
+    assert spec(attn["q"]) == ("fsdp", "tensor", None)  # the base weight as before
+
+
+def test_a_checkpoint_loads_with_fresh_adapters_onto_the_mesh(tmp_path):
+    """load_pretrained(lora=...): the base from the checkpoint, the adapters as Transformer(cfg, seed) draws them,
+    each on its logical sharding."""
+    save_pretrained(Transformer(CFG, rngs=nnx.Rngs(5)), CFG, tmp_path)
+    mesh = make_mesh(MeshConfig(data=1, fsdp=4, tensor=2), devices=jax.devices()[:8])
+    model, cfg = load_pretrained(tmp_path, mesh=mesh, lora=LORA.lora, seed=7)
+    assert cfg.lora == LORA.lora
+    want = _flat(Transformer(LORA, rngs=nnx.Rngs(7)), nnx.LoRAParam)
+    got = _flat(model, nnx.LoRAParam)
+    assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in want)
+    source = Transformer(CFG, rngs=nnx.Rngs(5))
+    base, want = _flat(model, nnx.Not(nnx.LoRAParam)), _flat(source, nnx.Param)
+    assert base.keys() == want.keys() and all(np.array_equal(base[k], want[k]) for k in want)
+    assert tuple(model.layers[0].attn.q_lora.lora_a.get_value().sharding.spec) == ("fsdp", None)
+    # sharded over 8 devices, the sums run in another order: equal up to float rounding
+    np.testing.assert_allclose(_logits(model, TOKENS, POSITIONS), _logits(source, TOKENS, POSITIONS), atol=1e-5)
