@@ -285,6 +285,13 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
         )
     if not 0.0 <= cfg.gamma <= 1.0:
         errors.append(f"gamma must be in [0, 1], got {cfg.gamma}")
+    if cfg.model.param_dtype in ("bfloat16", "float16") and cfg.model.lora.rank == 0 and cfg.learner.lr < 1e-4:
+        errors.append(
+            f"model.param_dtype {cfg.model.param_dtype} with learner.lr {cfg.learner.lr:g}: 16-bit weights round away "
+            "an optimizer step below ~2^-8 of their size (1e-4 at a weight of 0.03), so full fine-tuning would "
+            "leave most of them unchanged; use --model.param-dtype float32 (float32 master weights; --model.dtype "
+            "bfloat16 keeps bf16 compute) or LoRA (--model.lora.rank 16: float32 adapters on the frozen 16-bit base)"
+        )
     errors += range_errors(cfg)
     try:
         sizes = cfg.mesh.resolve(num_devices)

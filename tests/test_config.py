@@ -56,3 +56,20 @@ def test_cli_refuses_a_nan_learning_rate_before_training(tmp_path) -> None:
     assert p.returncode != 0
     assert "learner.lr is nan; it must be a finite number > 0" in p.stdout + p.stderr
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_sixteen_bit_weights_with_a_small_lr_are_refused_for_full_fine_tuning(tmp_path):
+    # bf16 weights round away Adam steps of 1e-6: the run would train nothing, silently
+    from jgem.models.config import LoraConfig
+
+    cfg = small_config(str(tmp_path))
+    bad = dataclasses.replace(
+        cfg,
+        model=dataclasses.replace(cfg.model, param_dtype="bfloat16"),
+        learner=dataclasses.replace(cfg.learner, lr=1e-6),
+    )
+    with pytest.raises(ValueError, match="param-dtype float32"):
+        validate(bad, 1)
+    lora = dataclasses.replace(bad, model=dataclasses.replace(bad.model, lora=LoraConfig(rank=8)))
+    validate(lora, 1)  # the adapters are float32; the bf16 base is frozen
+    validate(dataclasses.replace(bad, learner=dataclasses.replace(bad.learner, lr=1e-3)), 1)

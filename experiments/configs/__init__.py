@@ -55,7 +55,7 @@ def qwen3_1p7b_games(model_path: str = "/path/to/Qwen3-1.7B-Base", env_id: str =
         gamma=0.9,
         episodes_per_step=128,
         env=EnvConfig(env_id=env_id, num_envs=128, backend="thread"),
-        model=ModelSpec(path=model_path, dtype="bfloat16", param_dtype="bfloat16", remat="full"),
+        model=ModelSpec(path=model_path, dtype="bfloat16", param_dtype="float32", remat="full"),  # f32 master weights
         rollout=RolloutConfig(view="chat", max_new_tokens=512, max_episode_tokens=8192, temperature=1.0),
         learner=LearnerConfig(policy_loss="ppo", lr=1e-6, max_grad_norm=1.0, minibatches=4, micro_batch_size=8),
         mesh=MeshConfig(data=1, fsdp=-1, tensor=1),
@@ -83,7 +83,7 @@ def qwen3_4b_math_python(
             backend="thread",
             step_timeout=30.0,
         ),
-        model=ModelSpec(path=model_path, dtype="bfloat16", param_dtype="bfloat16", remat="full"),
+        model=ModelSpec(path=model_path, dtype="bfloat16", param_dtype="float32", remat="full"),  # f32 master weights
         rollout=RolloutConfig(view="chat", max_new_tokens=2048, max_episode_tokens=8192),
         learner=LearnerConfig(policy_loss="ppo", lr=1e-6, minibatches=4, micro_batch_size=8),
         mesh=MeshConfig(data=1, fsdp=-1, tensor=1),

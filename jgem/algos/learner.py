@@ -360,6 +360,9 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
     metrics["loss"] = acc["m"]["loss"] / jnp.maximum(acc["d"], 1e-9)
     metrics["grad_norm"] = grad_norm
     tx = make_optimizer(cfg)
+    # the optimizer runs in each param's dtype, as its state was made (bf16 params: bf16 moments); the division
+    # by the float32 token count made the gradients float32
+    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     new = {"params": params, "opt_state": opt_state}
@@ -368,6 +371,7 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
         cgrads = jax.tree.map(lambda g: g / jnp.maximum(acc["cd"], 1e-9), acc["cg"])
         cnorm = optax.global_norm(cgrads)
         finite = finite & jnp.isfinite(cnorm)
+        cgrads = jax.tree.map(lambda g, p: g.astype(p.dtype), cgrads, state.critic_params)
         cupdates, copt = make_optimizer(cfg, critic=True).update(cgrads, state.critic_opt_state, state.critic_params)
         new.update(critic_params=optax.apply_updates(state.critic_params, cupdates), critic_opt_state=copt)
         old.update(critic_params=state.critic_params, critic_opt_state=state.critic_opt_state)

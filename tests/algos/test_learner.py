@@ -305,3 +305,20 @@ def test_remat_updates_as_without_it_with_a_frozen_base_and_tis(rank):
     # recomputed activations round differently; Adam (4 steps at lr 3e-3) carries that into a few weights
     for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1]), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("with_critic", [False, True])
+def test_bfloat16_params_train_in_their_dtype(with_critic):
+    # the Qwen presets could set bf16 params: the accumulated gradients are float32 (divided by the token count)
+    # and must meet the optimizer in the params' dtype, or the scan's carry changes dtype and the update fails
+    cfg = dataclasses.replace(MODEL_CFG, param_dtype="bfloat16", dtype="bfloat16")
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    critic = make_critic(cfg) if with_critic else None
+    state = init_train_state(model, CFG, critic=critic)
+    new, m = update(state, make_batch(model, critic=with_critic))
+    assert np.isfinite(float(m["loss"])) and float(m["skipped"]) == 0
+    for before, after in zip(jax.tree.leaves(state.params), jax.tree.leaves(new.params)):
+        assert after.dtype == before.dtype == jnp.bfloat16
+    assert any(bool(jnp.any(a != b)) for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(new.params)))
+    if with_critic:
+        assert np.isfinite(float(m["value_loss"]))
