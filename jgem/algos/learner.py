@@ -383,7 +383,6 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
     return state.replace(**kept), metrics
 
 
-@functools.partial(jax.jit, donate_argnums=0)
 def _mismatch(learner: jax.Array, sampler: jax.Array, mask: jax.Array) -> dict[str, jax.Array]:
     """Sampler vs learner log-probs on the `mask` tokens: mean and max |difference|, and KL(sampler || learner)."""
     m = mask.astype(jnp.float32)
@@ -396,6 +395,7 @@ def _mismatch(learner: jax.Array, sampler: jax.Array, mask: jax.Array) -> dict[s
     }
 
 
+@functools.partial(jax.jit, donate_argnums=0)
 def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
     """epochs x minibatches optimizer steps on `batch`; returns the new state and averaged metrics.
 
