@@ -136,17 +136,20 @@ def _summary(p: subprocess.Popen, timeout: float = 600) -> dict:
 
 @pytest.mark.slow
 def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
-    args = {"steps": 5, "curriculum": {"horizons": [2, 4], "stage_steps": 2}, "checkpoint_every": 1}
+    args = {"steps": 8, "curriculum": {"horizons": [2, 4], "stage_steps": 2}, "checkpoint_every": 1}
     straight = _summary(_run({**args, "run_dir": str(tmp_path / "a")}))
 
     run_b = tmp_path / "b"
     p = _run({**args, "run_dir": str(run_b)})
     ckpts = run_b / "checkpoints"
+    # a random moment: just after a random checkpoint of the first half, so at least 4 steps are still to run
+    # (a delay after the first checkpoint let a fast run finish before the kill)
+    target = random.randint(1, args["steps"] // 2)
     deadline = time.time() + 600
-    while not (ckpts.is_dir() and any(c.name.isdigit() for c in ckpts.iterdir())):
-        assert p.poll() is None and time.time() < deadline, "the run ended before its first checkpoint"
-        time.sleep(0.2)
-    time.sleep(random.uniform(0.0, 1.0))  # a random moment after the first checkpoint, well before the last
+    while not (ckpts.is_dir() and any(c.name.isdigit() and int(c.name) >= target for c in ckpts.iterdir())):
+        assert p.poll() is None and time.time() < deadline, f"the run ended before checkpoint {target}"
+        time.sleep(0.02)
+    time.sleep(random.uniform(0.0, 0.05))
     p.send_signal(signal.SIGKILL)
     p.wait()
     killed_at = max(int(c.name) for c in ckpts.iterdir() if c.name.isdigit())
