@@ -47,18 +47,6 @@ def abstract_state(mcfg: ModelConfig, lcfg: LearnerConfig):
     return jax.eval_shape(lambda st: init_train_state(nnx.merge(graphdef, st), lcfg), state)
 
 
-def abstract_batch(b: int, t: int) -> TrainBatch:
-    spec = lambda dtype: jax.ShapeDtypeStruct((b, t), dtype)
-    return TrainBatch(
-        tokens=spec(jnp.int32),
-        positions=spec(jnp.int32),
-        segment_ids=spec(jnp.int32),
-        loss_mask=spec(jnp.bool_),
-        advantages=spec(jnp.float32),
-        old_logprobs=spec(jnp.float32),
-    )
-
-
 def nbytes(tree) -> int:
     return sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
@@ -66,7 +54,7 @@ def nbytes(tree) -> int:
 def measure(mcfg: ModelConfig, lcfg: LearnerConfig, b: int, t: int) -> dict:
     state = abstract_state(mcfg, lcfg)
     t0 = time.perf_counter()
-    m = update.lower(state, abstract_batch(b, t)).compile().memory_analysis()
+    m = update.lower(state, TrainBatch.abstract(b, t)).compile().memory_analysis()
     peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
     return {
         "trainable_params": sum(x.size for x in jax.tree.leaves(state.params)),

@@ -150,16 +150,8 @@ def train_batch(cfg: AotConfig, mesh) -> TrainBatch:
     multiple of minibatches x (micro-batch size or data*fsdp), as `Trainer._pad_rows` pads them."""
     d = cfg.learner.minibatches * (cfg.learner.micro_batch_size or batch_axis_size(mesh))
     rows = (1 << max(0, (math.ceil(cfg.episodes / d) - 1).bit_length())) * d
-    sh = batch_sharding(mesh, 2)
-    spec = lambda dtype: jax.ShapeDtypeStruct((rows, cfg.tokens), dtype, sharding=sh)
-    return TrainBatch(
-        tokens=spec(jnp.int32),
-        positions=spec(jnp.int32),
-        segment_ids=spec(jnp.int32),
-        loss_mask=spec(jnp.bool_),
-        advantages=spec(jnp.float32),
-        old_logprobs=spec(jnp.float32),
-        ref_logprobs=spec(jnp.float32) if cfg.learner.kl_coef else None,
+    return TrainBatch.abstract(
+        rows, cfg.tokens, sharding=batch_sharding(mesh, 2), ref_logprobs=bool(cfg.learner.kl_coef)
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from flax import struct
 
 
@@ -40,6 +41,20 @@ class TrainBatch:
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self.tokens.shape)
+
+    @staticmethod
+    def abstract(rows: int, tokens: int, *, sharding=None, ref_logprobs: bool = False) -> TrainBatch:
+        """A policy batch of `ShapeDtypeStruct`s (for lowering `update` without data; AOT and memory benches)."""
+        spec = lambda dtype: jax.ShapeDtypeStruct((rows, tokens), dtype, sharding=sharding)
+        return TrainBatch(
+            tokens=spec(jnp.int32),
+            positions=spec(jnp.int32),
+            segment_ids=spec(jnp.int32),
+            loss_mask=spec(jnp.bool_),
+            advantages=spec(jnp.float32),
+            old_logprobs=spec(jnp.float32),
+            ref_logprobs=spec(jnp.float32) if ref_logprobs else None,
+        )
 
     def validate(self) -> None:
         """Host-side shape check; raises ValueError naming the offending field."""
