@@ -178,6 +178,7 @@ class Trainer:
             param_dtype=cfg.model.param_dtype,
             remat=cfg.model.remat,
             attention=cfg.model.attention,
+            scan_layers=cfg.model.scan_layers,
             lora=cfg.model.lora,
         )
         if cfg.model.path is not None:
@@ -496,6 +497,7 @@ class Trainer:
                 "env.imports",  # where env ids come from, not which env; older runs lack it
                 "learner.keep_logits_mb",  # memory vs speed only (the same log-probs); older runs lack it
                 "rollout.chunk_steps",  # how the engine schedules work, not what it samples
+                "model.scan_layers",  # how the program is laid out, not what it computes
                 "rollout.extend_chunk",
             ),
         )

@@ -90,6 +90,9 @@ class ModelConfig:
     param_dtype: str = "float32"
     remat: str = "none"  # a policy name (REMAT); True / False are read as "full" / "none"
     attention: str = "auto"  # ATTENTION: auto picks by platform and shape (jgem.models.attention.choose)
+    # the cache-free forward (training, log-probs) as one lax.scan over the layers: the compiler sees one block, and
+    # the backward pass keeps one input per layer (jgem.models.transformer._scan_blocks; docs/scaling.md)
+    scan_layers: bool = True
     lora: LoraConfig = LoraConfig()  # adapters on the projections; rank 0 (the default): none
 
     def __post_init__(self):

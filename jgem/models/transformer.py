@@ -89,15 +89,18 @@ class Transformer(nnx.Module):
             q_slot = jnp.broadcast_to(end + jnp.arange(t, dtype=jnp.int32), (b, t))
             mask = Mask(q_slot, seg, kv_seg)
         remat, policy = remat_policy(cfg.remat)
-        # rematerialisation saves activations for a backward pass: forwards over a cache (sampling) have none
-        step = functools.partial(_remat_block, policy=policy) if remat and cache is None else _block
         ks, vs = [], []
-        for i, layer in enumerate(self.layers):
-            kv = None if cache is None else (cache.k[i], cache.v[i])
-            x, kv = step(layer, x, cos, sin, mask, kv, end)
-            if kv is not None:
-                ks.append(kv[0])
-                vs.append(kv[1])
+        if cache is None and cfg.scan_layers:
+            x = _scan_blocks(self.layers, x, cos, sin, mask, policy if remat else None)
+        else:
+            # rematerialisation saves activations for a backward pass: forwards over a cache (sampling) have none
+            step = functools.partial(_remat_block, policy=policy) if remat and cache is None else _block
+            for i, layer in enumerate(self.layers):
+                kv = None if cache is None else (cache.k[i], cache.v[i])
+                x, kv = step(layer, x, cos, sin, mask, kv, end)
+                if kv is not None:
+                    ks.append(kv[0])
+                    vs.append(kv[1])
         h = self.final_norm(x)
         if isinstance(cache, SlotCache):
             cache = SlotCache(k=tuple(ks), v=tuple(vs))
@@ -137,6 +140,24 @@ class Transformer(nnx.Module):
 
 def _block(layer: Block, x, cos, sin, mask, kv, end):
     return layer(x, cos, sin, mask, kv, end)
+
+
+def _scan_blocks(layers, x, cos, sin, mask, policy):
+    """x through every block as one `lax.scan` over the layers' states stacked [L, ...] (each block rematerialised
+    under `policy` unless it is None): the compiler sees one block, so it compiles one, and the backward pass keeps
+    one input per layer (unrolled, XLA's schedule kept up to 7 activations of each layer alive on TPU). The stack is
+    a copy in x's dtype (the blocks cast their weights to it anyway); its gradient flows back to each layer's
+    params."""
+    graphdef = nnx.graphdef(layers[0])
+    floating = lambda a: a.astype(x.dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
+    stacked = jax.tree.map(lambda *xs: jnp.stack([floating(a) for a in xs]), *(nnx.state(layer) for layer in layers))
+
+    def body(x, st):
+        return nnx.merge(graphdef, st)(x, cos, sin, mask, None, None)[0], None
+
+    if policy is not None:
+        body = jax.checkpoint(body, policy=policy, prevent_cse=False)
+    return jax.lax.scan(body, x, stacked)[0]
 
 
 def _remat_block(layer: Block, *args, policy):

@@ -217,3 +217,50 @@ def test_activation_sharding_constraints_only_under_a_mesh():
         out, _ = fwd(model, toks, pos)
     assert "sharding_constraint" in sharded and "tensor" in sharded
     np.testing.assert_allclose(out, ref, atol=2e-5)
+
+
+def _jaxpr_dots(model, toks, pos) -> int:
+    return str(jax.make_jaxpr(lambda t, p: model(t, p)[0])(toks, pos)).count("dot_general")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("remat", ["none", "full"])
+def test_scanned_layers_equal_the_unrolled_loop(family, remat):
+    """The training forward scans the layers (`scan_layers`, the default): the same logits and gradients as the
+    Python loop over the blocks, on packed rows, with and without remat; and the program holds one block."""
+    from jgem.models.config import LoraConfig
+
+    toks, pos = _tokens(2, 12), _pos(2, 12)
+    seg = jnp.asarray([[1] * 5 + [2] * 7, [1] * 9 + [0] * 3], jnp.int32)
+    kw = dict(remat=remat)
+    if family == "qwen3":  # adapters ride along in the stacked layer state
+        kw["lora"] = LoraConfig(rank=2, alpha=4.0)
+    scanned, loop = _model(family, **kw), _model(family, scan_layers=False, **kw)
+    assert scanned.cfg.scan_layers and not loop.cfg.scan_layers
+
+    def loss(m):
+        return jnp.mean(m(toks, pos, segment_ids=seg)[0] ** 2)
+
+    grad = nnx.jit(nnx.value_and_grad(loss))
+    (l1, g1), (l2, g2) = grad(scanned), grad(loop)
+    assert float(l1) == pytest.approx(float(l2), rel=1e-6)
+    assert jax.tree.structure(g1) == jax.tree.structure(g2)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    # two blocks unrolled, one in the scan's body: the loop's program has one block's matmuls more
+    assert _jaxpr_dots(loop, toks, pos) > _jaxpr_dots(scanned, toks, pos)
+
+
+def test_scanned_layers_under_a_mesh_and_in_bfloat16():
+    """Sharded (fsdp x tensor) and in bfloat16 compute with float32 params (the stack is a copy in the compute
+    dtype), the scanned forward gives the unrolled loop's logits."""
+    from jax.sharding import AxisType
+
+    toks, pos = _tokens(4, 8), _pos(4, 8)
+    for dtype, atol in (("float32", 2e-5), ("bfloat16", 0.0)):
+        scanned, loop = _model(dtype=dtype), _model(dtype=dtype, scan_layers=False)
+        ref, _ = fwd(loop, toks, pos)
+        mesh = jax.make_mesh((1, 4, 2), ("data", "fsdp", "tensor"), axis_types=(AxisType.Auto,) * 3)
+        with jax.set_mesh(mesh):
+            out, _ = fwd(scanned, toks, pos)
+        np.testing.assert_allclose(out, ref, atol=atol if dtype == "float32" else 0.02 * float(jnp.max(jnp.abs(ref))))
