@@ -17,7 +17,9 @@ Per program it prints per-chip memory (`memory_analysis`) against the chip's HBM
 
 XLA counts a loop body once: `update`'s FLOPs are scaled by its optimizer steps x micro-batches (the body
 dominates), but loops inside a micro-batch (the chunked vocab projection) stay counted once, so the compiled
-figure is a lower bound; `model_tflop` (6 x params x tokens plus causal attention) is the MFU convention's count.
+figure is a lower bound; with the layers scanned (`scan_layers`, the default) most of a micro-batch is one loop
+body, so no compiled figure is given for `update` (`--no-scan-layers` unrolls them and gives one); `model_tflop`
+(6 x params x tokens plus causal attention) is the MFU convention's count.
 
 libtpu is looked up in $JGEM_LIBTPU_DIR, else <repo>/.libtpu (`make libtpu`), else the environment.
 """
@@ -77,6 +79,8 @@ class AotConfig:
     dtype: str = "bfloat16"  # compute dtype
     param_dtype: str = "float32"  # params and Adam moments
     remat: bool = True  # rematerialise each decoder block in the backward pass
+    attention: str = "auto"  # the model's attention implementation (auto: splash for training on TPU)
+    scan_layers: bool = True  # the training forward as one scan over the layers (--no-scan-layers: unrolled)
     algorithm: str = "rebn"
     episodes: int = 256  # episodes per step, one row each
     tokens: int = 8192  # tokens per episode: the row length, and the rollout slot length
@@ -122,7 +126,13 @@ def chip_of(topology: str) -> Chip:
 
 
 def model_config(cfg: AotConfig) -> ModelConfig:
-    opts = dict(dtype=cfg.dtype, param_dtype=cfg.param_dtype, remat=cfg.remat)
+    opts = dict(
+        dtype=cfg.dtype,
+        param_dtype=cfg.param_dtype,
+        remat=cfg.remat,
+        attention=cfg.attention,
+        scan_layers=cfg.scan_layers,
+    )
     if cfg.model in PRESETS:
         return preset(cfg.model, **opts)
     return ModelConfig.from_hf(cfg.model, **opts)
@@ -164,7 +174,7 @@ def model_flops(mcfg: ModelConfig, tokens: int, seq: int, *, train: bool) -> flo
     return (3 if train else 1) * (2 * matmul_params + attn) * tokens
 
 
-def measure(name: str, lowered, chip: Chip, chips: int, mfu: float, *, loops: int, model_tflop: float) -> dict:
+def measure(name: str, lowered, chip: Chip, chips: int, mfu: float, *, loops: int | None, model_tflop: float) -> dict:
     t0 = time.perf_counter()
     try:
         compiled = lowered.compile()
@@ -195,7 +205,8 @@ def measure(name: str, lowered, chip: Chip, chips: int, mfu: float, *, loops: in
         + m.temp_size_in_bytes
         + m.generated_code_size_in_bytes
     )
-    flops = float(cost.get("flops", 0.0)) * loops
+    # None where a loop XLA counts once has no factor to scale it by (the scanned layers inside a micro-batch)
+    flops = None if loops is None else float(cost.get("flops", 0.0)) * loops
     return {
         "program": name,
         "argument_gib": m.argument_size_in_bytes / GIB,
@@ -206,7 +217,7 @@ def measure(name: str, lowered, chip: Chip, chips: int, mfu: float, *, loops: in
         "total_gib": total / GIB,
         "hbm_gib": chip.hbm_bytes / GIB,
         "fits": total <= chip.hbm_bytes,
-        "compiled_tflop_per_chip": flops / 1e12,
+        "compiled_tflop_per_chip": None if flops is None else flops / 1e12,
         "loop_factor": loops,
         "model_tflop_per_chip": model_tflop / chips / 1e12,
         "time_s_at_mfu": model_tflop / chips / (chip.peak_bf16_flops * mfu),
@@ -230,6 +241,8 @@ def run(cfg: AotConfig) -> list[dict]:
         "tokens": cfg.tokens,
         "micro_batch_size": cfg.learner.micro_batch_size,
         "remat": cfg.remat,
+        "attention": cfg.attention,
+        "scan_layers": cfg.scan_layers,
         "mfu": cfg.mfu,
     }
     print(json.dumps(head))
@@ -253,7 +266,7 @@ def run(cfg: AotConfig) -> list[dict]:
             with jax.set_mesh(mesh):  # as the trainer traces it (jgem.train.Trainer._on_mesh)
                 lowered = update.lower(state, batch)
             tf = model_flops(mcfg, tokens, cfg.tokens, train=True)
-            res = measure_("update", lowered, loops=steps, model_tflop=tf)
+            res = measure_("update", lowered, loops=None if mcfg.scan_layers else steps, model_tflop=tf)
             res.update(rows=batch.tokens.shape[0], micro_batches=steps, rows_per_micro_batch=r)
             out.append(res)
             _print(head, res)
@@ -301,11 +314,13 @@ def _print(head: dict, res: dict) -> None:
             flush=True,
         )
         return
+    tf = res["compiled_tflop_per_chip"]
+    compiled = "(scanned layers: not counted)" if tf is None else f"{tf:.2f}"
     print(
         f"{res['program']:>10}: {res['total_gib']:7.2f} GiB / {res['hbm_gib']:.0f} GiB per chip "
         f"({'fits' if res['fits'] else 'DOES NOT FIT'}; args {res['argument_gib']:.2f}, out {res['output_gib']:.2f}, "
         f"alias {res['alias_gib']:.2f}, temp {res['temp_gib']:.2f}, code {res['code_gib']:.3f}) | "
-        f"{res['compiled_tflop_per_chip']:.2f} TFLOP/chip compiled, {res['model_tflop_per_chip']:.2f} model; "
+        f"{compiled} TFLOP/chip compiled, {res['model_tflop_per_chip']:.2f} model; "
         f"{res['time_s_at_mfu']:.3f} s at MFU {head['mfu']} | compiled in {res['compile_s']:.0f} s",
         flush=True,
     )
