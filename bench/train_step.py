@@ -122,12 +122,14 @@ def jgem_step(model: Transformer, data: dict, lcfg: LearnerConfig):
     return step
 
 
-def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig, dtype: str):
+def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig, dtype: str, *, remat: bool = False):
     from transformers import AutoModelForCausalLM
 
     dev = torch_device()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").to(dev)
     model.train()
+    if remat:  # recompute each decoder layer in the backward pass, as jgem's remat does
+        model.gradient_checkpointing_enable()
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
@@ -165,16 +167,24 @@ def torch_step(model_dir: str, data: dict, lcfg: LearnerConfig, dtype: str):
 
 
 def bench_size(
-    name: str, b: int, t: int, steps: int, dtype: str, warmup: int, min_seconds: float, keep_logits_mb: float
+    name: str,
+    b: int,
+    t: int,
+    steps: int,
+    dtype: str,
+    warmup: int,
+    min_seconds: float,
+    keep_logits_mb: float,
+    remat: str = "none",
 ) -> None:
-    cfg = preset(name, dtype=dtype)  # parameters stay float32
+    cfg = preset(name, dtype=dtype, remat=remat)  # parameters stay float32
     data = make_batch(cfg, b, t)
     # default logprob chunks (1024 tokens); logits kept for the backward pass when they fit in keep_logits_mb
     lcfg = LearnerConfig(lr=1e-5, weight_decay=0.01, max_grad_norm=1.0, keep_logits_mb=keep_logits_mb)
     model = Transformer(cfg, rngs=nnx.Rngs(0))
     with tempfile.TemporaryDirectory() as d:
         save_pretrained(model, cfg, d)
-        t_step = torch_step(d, data, lcfg, dtype)
+        t_step = torch_step(d, data, lcfg, dtype, remat=remat != "none")
     j_step = jgem_step(model, data, lcfg)
     tc = _timed(j_step)  # compile + first step
     t_step()
@@ -211,6 +221,7 @@ def bench_size(
             mfu=round(mfu, 3),
             peak_gflops=round(max(peaks), 1),
             steps=rounds,
+            remat=remat,
             **extra,
         )
     emit(bench="train_step", size=name, ratio_jgem_over_torch=round(res["jgem"] / res["torch"], 3))
@@ -228,6 +239,9 @@ def main() -> None:
         "--keep-logits-mb", type=float, default=LearnerConfig.keep_logits_mb, help="jgem's LearnerConfig field"
     )
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="compute dtype")
+    ap.add_argument(
+        "--remat", default="none", help="jgem's ModelConfig.remat policy (e.g. full); torch then checkpoints layers"
+    )
     hostmem.add_flag(ap)
     args = ap.parse_args()
     hostmem.from_flag(args)  # both frameworks run in this process and both get it
@@ -244,7 +258,15 @@ def main() -> None:
     )
     for name in args.sizes:
         bench_size(
-            name, args.batch, args.seq, args.steps, args.dtype, args.warmup, args.min_seconds, args.keep_logits_mb
+            name,
+            args.batch,
+            args.seq,
+            args.steps,
+            args.dtype,
+            args.warmup,
+            args.min_seconds,
+            args.keep_logits_mb,
+            args.remat,
         )
 
 
