@@ -205,6 +205,7 @@ def load_pretrained(
     param_dtype: str | None = None,
     remat: bool | str | None = None,
     attention: str | None = None,
+    scan_layers: bool | None = None,
     lora: LoraConfig | None = None,
     value_head: bool = False,
     seed: int = 0,
@@ -213,14 +214,21 @@ def load_pretrained(
 ) -> tuple[Transformer, ModelConfig]:
     """Loads a local HF checkpoint directory (config.json + *.safetensors, single or sharded with an index).
 
-    dtype / param_dtype override the compute / parameter dtypes (default float32); remat, attention and lora the
-    `ModelConfig` fields of those names (defaults "none", "auto" and no adapters). With `mesh`, each tensor
+    dtype / param_dtype override the compute / parameter dtypes (default float32); remat, attention, scan_layers and
+    lora the `ModelConfig` fields of those names (defaults "none", "auto", True and no adapters). With `mesh`, each tensor
     goes straight to its NamedSharding (from the logical axis names via `rules`, or `sharding_fn(names, shape)`).
     What the checkpoint cannot hold is freshly initialised: a value head (seed 0) and LoRA adapters (from `seed`,
     as `Transformer(cfg, rngs=nnx.Rngs(seed))` draws them).
     """
     path = os.fspath(path)
-    given = (("dtype", dtype), ("param_dtype", param_dtype), ("remat", remat), ("attention", attention), ("lora", lora))
+    given = (
+        ("dtype", dtype),
+        ("param_dtype", param_dtype),
+        ("remat", remat),
+        ("attention", attention),
+        ("scan_layers", scan_layers),
+        ("lora", lora),
+    )
     overrides = {k: v for k, v in given if v is not None}
     cfg = ModelConfig.from_hf(path, **overrides)
     abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0), value_head=value_head))

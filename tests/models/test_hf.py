@@ -145,3 +145,12 @@ def test_value_head_round_trip(tmp_path):
     plain, _ = load_pretrained(tmp_path)  # a policy-only load skips the critic head
     assert not plain.has_value_head
     np.testing.assert_array_equal(plain.embed[...], model.embed[...])
+
+
+def test_load_pretrained_passes_the_model_options_on(tmp_path):
+    # what the trainer forwards from --model.* (remat, attention, scan_layers) reaches the loaded model's config
+    save_pretrained(Transformer(tiny_cfg(), rngs=nnx.Rngs(0)), tiny_cfg(), str(tmp_path))
+    _, cfg = load_pretrained(tmp_path)
+    assert (cfg.remat, cfg.attention, cfg.scan_layers) == ("none", "auto", True)
+    model, cfg = load_pretrained(tmp_path, remat="full", attention="xla", scan_layers=False)
+    assert (cfg.remat, cfg.attention, cfg.scan_layers) == ("full", "xla", False) and model.cfg == cfg
