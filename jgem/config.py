@@ -78,7 +78,8 @@ class ModelSpec:
     # True / False, as older configs say, mean "full" / "none".
     remat: bool | str = "none"
     attention: str = "auto"  # jgem.models.config.ATTENTION: auto, xla, blockwise, cudnn, splash
-    scan_layers: bool = True  # the training forward as one lax.scan over the layers (--model.no-scan-layers: a loop)
+    # the training forward as one lax.scan over the layers: None (auto) on GPU/TPU, not on CPU; True / False force it
+    scan_layers: bool | None = None
     # LoRA adapters (`--model.lora.rank 16`): only they train, the base weights stay frozen; rank 0: full fine-tuning
     lora: LoraConfig = field(default_factory=LoraConfig)
 

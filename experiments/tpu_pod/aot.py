@@ -17,8 +17,8 @@ Per program it prints per-chip memory (`memory_analysis`) against the chip's HBM
 
 XLA counts a loop body once: `update`'s FLOPs are scaled by its optimizer steps x micro-batches (the body
 dominates), but loops inside a micro-batch (the chunked vocab projection) stay counted once, so the compiled
-figure is a lower bound; with the layers scanned (`scan_layers`, the default) most of a micro-batch is one loop
-body, so no compiled figure is given for `update` (`--no-scan-layers` unrolls them and gives one); `model_tflop`
+figure is a lower bound; with the layers scanned (`scan_layers`, on TPU by default) most of a micro-batch is one loop
+body, so no compiled figure is given for `update` (`--scan-layers False` unrolls them and gives one); `model_tflop`
 (6 x params x tokens plus causal attention) is the MFU convention's count.
 
 libtpu is looked up in $JGEM_LIBTPU_DIR, else <repo>/.libtpu (`make libtpu`), else the environment.
@@ -46,7 +46,7 @@ from jgem.algos.learner import LearnerConfig, _micro_layout, init_train_state, u
 from jgem.algos.types import TrainBatch
 from jgem.models.config import PRESETS, ModelConfig, preset
 from jgem.models.platform import target_platform
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import Transformer, scans_layers
 from jgem.rollout.slots import SlotEngine
 from jgem.sharding.mesh import MeshConfig, batch_axis_size, make_mesh
 from jgem.sharding.rules import DEFAULT_RULES, batch_sharding, tree_shardings
@@ -80,7 +80,7 @@ class AotConfig:
     param_dtype: str = "float32"  # params and Adam moments
     remat: bool = True  # rematerialise each decoder block in the backward pass
     attention: str = "auto"  # the model's attention implementation (auto: splash for training on TPU)
-    scan_layers: bool = True  # the training forward as one scan over the layers (--no-scan-layers: unrolled)
+    scan_layers: bool | None = None  # the training forward as one scan over the layers (None: as on TPU, scanned)
     algorithm: str = "rebn"
     episodes: int = 256  # episodes per step, one row each
     tokens: int = 8192  # tokens per episode: the row length, and the rollout slot length
@@ -266,7 +266,7 @@ def run(cfg: AotConfig) -> list[dict]:
             with jax.set_mesh(mesh):  # as the trainer traces it (jgem.train.Trainer._on_mesh)
                 lowered = update.lower(state, batch)
             tf = model_flops(mcfg, tokens, cfg.tokens, train=True)
-            res = measure_("update", lowered, loops=None if mcfg.scan_layers else steps, model_tflop=tf)
+            res = measure_("update", lowered, loops=None if scans_layers(mcfg) else steps, model_tflop=tf)
             res.update(rows=batch.tokens.shape[0], micro_batches=steps, rows_per_micro_batch=r)
             out.append(res)
             _print(head, res)

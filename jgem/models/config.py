@@ -92,7 +92,7 @@ class ModelConfig:
     attention: str = "auto"  # ATTENTION: auto picks by platform and shape (jgem.models.attention.choose)
     # the cache-free forward (training, log-probs) as one lax.scan over the layers: the compiler sees one block, and
     # the backward pass keeps one input per layer (jgem.models.transformer._scan_blocks; docs/scaling.md)
-    scan_layers: bool = True
+    scan_layers: bool | None = None  # None: scan on GPU and TPU, loop on CPU (where scanning compiles slower)
     lora: LoraConfig = LoraConfig()  # adapters on the projections; rank 0 (the default): none
 
     def __post_init__(self):

@@ -215,7 +215,7 @@ def load_pretrained(
     """Loads a local HF checkpoint directory (config.json + *.safetensors, single or sharded with an index).
 
     dtype / param_dtype override the compute / parameter dtypes (default float32); remat, attention, scan_layers and
-    lora the `ModelConfig` fields of those names (defaults "none", "auto", True and no adapters). With `mesh`, each
+    lora the `ModelConfig` fields of those names (defaults "none", "auto", None and no adapters). With `mesh`, each
     tensor goes straight to its NamedSharding (from the logical axis names via `rules`, or `sharding_fn(names,
     shape)`).
     What the checkpoint cannot hold is freshly initialised: a value head (seed 0) and LoRA adapters (from `seed`,

@@ -226,8 +226,9 @@ def _jaxpr_dots(model, toks, pos) -> int:
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("remat", ["none", "full"])
 def test_scanned_layers_equal_the_unrolled_loop(family, remat):
-    """The training forward scans the layers (`scan_layers`, the default): the same logits and gradients as the
-    Python loop over the blocks, on packed rows, with and without remat; and the program holds one block."""
+    """The training forward scanning the layers (`scan_layers`, the default on GPU/TPU) gives the same logits and
+    gradients as the Python loop over the blocks, on packed rows, with and without remat; its program holds one
+    block."""
     from jgem.models.config import LoraConfig
 
     toks, pos = _tokens(2, 12), _pos(2, 12)
@@ -235,8 +236,7 @@ def test_scanned_layers_equal_the_unrolled_loop(family, remat):
     kw = dict(remat=remat)
     if family == "qwen3":  # adapters ride along in the stacked layer state
         kw["lora"] = LoraConfig(rank=2, alpha=4.0)
-    scanned, loop = _model(family, **kw), _model(family, scan_layers=False, **kw)
-    assert scanned.cfg.scan_layers and not loop.cfg.scan_layers
+    scanned, loop = _model(family, scan_layers=True, **kw), _model(family, scan_layers=False, **kw)
 
     def loss(m):
         return jnp.mean(m(toks, pos, segment_ids=seg)[0] ** 2)
@@ -258,9 +258,23 @@ def test_scanned_layers_under_a_mesh_and_in_bfloat16():
 
     toks, pos = _tokens(4, 8), _pos(4, 8)
     for dtype, atol in (("float32", 2e-5), ("bfloat16", 0.0)):
-        scanned, loop = _model(dtype=dtype), _model(dtype=dtype, scan_layers=False)
+        scanned, loop = _model(dtype=dtype, scan_layers=True), _model(dtype=dtype, scan_layers=False)
         ref, _ = fwd(loop, toks, pos)
         mesh = jax.make_mesh((1, 4, 2), ("data", "fsdp", "tensor"), axis_types=(AxisType.Auto,) * 3)
         with jax.set_mesh(mesh):
             out, _ = fwd(scanned, toks, pos)
         np.testing.assert_allclose(out, ref, atol=atol if dtype == "float32" else 0.02 * float(jnp.max(jnp.abs(ref))))
+
+
+def test_scan_layers_by_default_on_gpu_and_tpu_not_on_cpu():
+    from jgem.models.platform import target_platform
+    from jgem.models.transformer import scans_layers
+
+    model = _model(attention="xla")  # the same attention on every platform: only the layer loop differs
+    assert model.cfg.scan_layers is None
+    toks, pos = _tokens(2, 8), _pos(2, 8)
+    on_cpu = _jaxpr_dots(model, toks, pos)
+    for name in ("gpu", "tpu"):
+        with target_platform(name):
+            assert scans_layers(model.cfg) and _jaxpr_dots(model, toks, pos) < on_cpu
+    assert not scans_layers(model.cfg) and scans_layers(model.cfg.replace(scan_layers=True))
