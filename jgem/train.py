@@ -430,7 +430,10 @@ class Trainer:
         critic = {k: getattr(self.state, k) for k in ("critic_params", "critic_opt_state", "critic_state")}
         self.state = self.state.replace(cfg=sft_cfg, **dict.fromkeys(critic))
         for s in range(ws.steps):
-            specs = [EpisodeSpec(i, i, 10**9 * 3 + s * ws.episodes_per_step + i) for i in range(ws.episodes_per_step)]
+            # numbered over all processes, as `specs` numbers RL's: each process plays its own teacher games
+            n, procs = ws.episodes_per_step, jax.process_count()
+            first = jax.process_index() * n
+            specs = [EpisodeSpec(i, i, 10**9 * 3 + s * n * procs + i) for i in range(first, first + n)]
             eps = scripted_episodes(
                 self.cfg.env.env_id,
                 specs,

@@ -262,6 +262,68 @@ def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
+def _two_processes(args: dict, cache: Path, devices: int = 1) -> list[subprocess.Popen]:
+    """The run `args` as 2 JAX processes of `devices` CPU devices each on localhost (what
+    experiments/tpu_pod/local_multiprocess.sh starts, with its default of one device a process); runs given the
+    same `cache` share JAX's persistent compilation cache (the same programs, compiled once)."""
+    port = free_port()
+    env = {"JGEM_COORDINATOR": f"127.0.0.1:{port}", "JGEM_NUM_PROCESSES": "2"}
+    env |= {"JAX_COMPILATION_CACHE_DIR": str(cache), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return [_run(args, env={**env, "JGEM_PROCESS_ID": str(i)}) for i in range(2)]
+
+
+def _summaries(procs: list[subprocess.Popen], timeout: float = 900) -> list[dict]:
+    try:
+        return [_summary(p, timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tmp_path):
+    """Issue 31: on several processes the first checkpoint after a warm start crashed in orbax ("the input arrays
+    must have one shard each"): the warm start's fresh optimizer state was placed with `jax.device_put`, which gives
+    arrays orbax cannot save across processes. Here 2 processes warm-start, checkpoint after it (step 0) and after
+    each RL step; both are killed just after a checkpoint and the resumed run ends bit-identical to a straight one."""
+    args = {
+        "steps": 2,
+        "checkpoint_every": 1,
+        "keep_checkpoints": 9,
+        "warm_start": {"steps": 1, "episodes_per_step": 4},
+    }
+    cache = tmp_path / "jax-cache"
+    straight = _summaries(_two_processes({**args, "run_dir": str(tmp_path / "a")}, cache))
+    assert straight[0]["params_sha256"] == straight[1]["params_sha256"]
+    assert (tmp_path / "a" / "checkpoints" / "0").is_dir(), "the warm start's checkpoint"
+
+    run_b = tmp_path / "b"
+    procs = _two_processes({**args, "run_dir": str(run_b)}, cache)
+    ckpts = run_b / "checkpoints"
+    target = random.randint(0, 1)  # the warm start's checkpoint, or the first RL step's
+    deadline = time.time() + 900
+    try:
+        while not (ckpts.is_dir() and any(c.name.isdigit() and int(c.name) >= target for c in ckpts.iterdir())):
+            assert all(p.poll() is None for p in procs), "a process ended before checkpoint " + str(target)
+            assert time.time() < deadline, f"no checkpoint {target} in time"
+            time.sleep(0.02)
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+        logs = [p.communicate()[0] for p in procs]
+    killed_at = max(int(c.name) for c in ckpts.iterdir() if c.name.isdigit())
+    assert all(p.returncode == -signal.SIGKILL for p in procs), logs[0][-3000:]
+    assert killed_at < args["steps"] and not (run_b / "summary.json").exists(), "the run ended before the kill"
+    resumed = _summaries(_two_processes({**args, "run_dir": str(run_b)}, cache))
+    assert resumed[0]["params_sha256"] == straight[0]["params_sha256"], f"killed after checkpoint {killed_at}"
+    rows = [r for r in read_jsonl(run_b / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+
+
 def test_evaluation_plays_to_the_env_limit_whatever_the_curriculum(tmp_path, monkeypatch):
     """Issue 20 bug 9: eval at the env's own turn limit (or eval_max_turns), training at the curriculum's."""
     from jgem.config import CurriculumConfig

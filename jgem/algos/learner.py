@@ -22,7 +22,16 @@ from jgem.algos.critic import critic_values
 from jgem.algos.types import TrainBatch
 from jgem.models.lora import trainable
 from jgem.models.sampler import token_logprobs
-from jgem.sharding.rules import DEFAULT_RULES, Rules, batch_spec, check_batch_size, constrain_tree, shard_tree
+from jgem.sharding.rules import (
+    DEFAULT_RULES,
+    Rules,
+    batch_spec,
+    check_batch_size,
+    constrain_tree,
+    put_global,
+    shard_tree,
+    tree_shardings,
+)
 
 POLICY_LOSSES = ("ppo", "reinforce")
 SCHEDULES = ("constant", "cosine", "linear")
@@ -160,16 +169,16 @@ def init_train_state(
     critic_graphdef = critic_params = critic_state = critic_opt = None
     place = functools.partial(_place, mesh=mesh, rules=rules)
     params, model_state = place(params), place(model_state)
-    opt_state = place(make_optimizer(cfg).init(params))
+    opt_state = _init_opt(make_optimizer(cfg), params, mesh=mesh, rules=rules)
     if critic is not None:
         critic_graphdef, critic_params, critic_state = nnx.split(critic, trainable(critic), ...)
         critic_params, critic_state = place(critic_params), place(critic_state)
-        critic_opt = place(make_optimizer(cfg, critic=True).init(critic_params))
+        critic_opt = _init_opt(make_optimizer(cfg, critic=True), critic_params, mesh=mesh, rules=rules)
     ref_params = jax.tree.map(jnp.copy, params) if reference else None
     rng = jax.random.key_data(jax.random.key(seed))
     step = jnp.zeros((), jnp.int32)
     if mesh is not None:  # replicated, as update returns them: the second call must not recompile
-        rng, step = jax.device_put((rng, step), NamedSharding(mesh, jax.sharding.PartitionSpec()))
+        rng, step = (put_global(x, NamedSharding(mesh, jax.sharding.PartitionSpec())) for x in (rng, step))
     return TrainState(
         step=step,
         params=params,
@@ -191,8 +200,19 @@ def init_train_state(
 def reset_optimizer(state: TrainState) -> TrainState:
     """`state` with a fresh policy optimizer state for its current `cfg` (count 0, zero moments), placed like
     `init_train_state` places it; e.g. between a supervised phase and RL."""
-    opt_state = make_optimizer(state.cfg).init(state.params)
-    return state.replace(opt_state=_place(opt_state, mesh=state.mesh, rules=state.rules))
+    return state.replace(
+        opt_state=_init_opt(make_optimizer(state.cfg), state.params, mesh=state.mesh, rules=state.rules)
+    )
+
+
+def _init_opt(optimizer: optax.GradientTransformation, params: Any, *, mesh: Mesh | None, rules: Rules) -> Any:
+    """`optimizer.init(params)` computed straight into its shardings on `mesh` (the moments shard as their params):
+    no unsharded copy on one device (an 8B model's AdamW moments would not fit one chip), and on several processes
+    arrays whose shards orbax can save."""
+    if mesh is None:
+        return optimizer.init(params)
+    shardings = tree_shardings(jax.eval_shape(optimizer.init, params), mesh, rules)
+    return jax.jit(optimizer.init, out_shardings=shardings)(params)
 
 
 def _place(tree: Any, *, mesh: Mesh | None, rules: Rules) -> Any:

@@ -24,6 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jgem.models.config import LoraConfig, ModelConfig
 from jgem.models.lora import fresh_adapters, merged
 from jgem.models.transformer import Transformer
+from jgem.sharding.rules import put_global
 
 # HF key regex -> (jgem param path template, layout). Layouts: "id" same array; "T" transposed 2-D;
 # "in_heads" HF [N*H, D] -> [D, N, H]; "out_heads" HF [D, N*H] -> [N, H, D]; "heads" HF [N*H] -> [N, H].
@@ -246,7 +247,7 @@ def load_pretrained(
                 filled[name] = arr
             else:
                 sh = sharding_fn(names, var.shape) if sharding_fn else logical_sharding(names, var.shape, mesh, rules)
-                filled[name] = jax.device_put(arr, sh)
+                filled[name] = put_global(arr, sh)  # the same draw on every process
     unexpected, misshaped = [], []
     seen_bad: set[str] = set()
     for key, arr in tensors.items():

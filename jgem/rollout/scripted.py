@@ -53,7 +53,6 @@ def scripted_episodes(
     """Play `specs` with the scripted solver of `env_id`; log-probs are 0 (the teacher is not the model).
     `wrappers` go between the env and the view's, as the pool's do (e.g. the training config's tools), so the
     teacher's prompts are the ones RL will see; the solver itself reads the bare env's observations."""
-    rng = np.random.default_rng(seed)
     raw: Env = make(env_id, **(env_kwargs or {}))
     tap = _Tap(raw)
     env: Env = tap
@@ -61,6 +60,8 @@ def scripted_episodes(
         env = w(env)
     episodes = []
     for spec in specs:
+        # the teacher's random moves are a function of (seed, episode id): the same whichever process plays it
+        rng = np.random.default_rng([seed, spec.episode_id])
         solver = solver_for(env_id)
         obs, info = env.reset(seed=spec.seed)
         solver.reset(*tap.last, raw)

@@ -102,9 +102,24 @@ def tree_shardings(tree, mesh: Mesh, rules: Rules = DEFAULT_RULES):
     return jax.tree_util.tree_map_with_path(leaf_sharding, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
+def put_global(x, sharding: jax.sharding.Sharding):
+    """A copy of `x` (an array holding the same value on every process) placed on `sharding`.
+
+    On a sharding that spans processes, `jax.device_put` of a `jax.Array` (jax 0.10) returns an array whose
+    per-device buffers are themselves global arrays: it computes, but `addressable_shards` raises, so orbax
+    cannot save it (issue 31: the first checkpoint after a warm start's fresh optimizer state crashed). There
+    the array is built from its addressable shards instead: each a slice of `x` copied device to device."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(x, sharding, may_alias=False)
+    if not isinstance(x, jax.Array):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx].copy())
+
+
 def shard_tree(tree, mesh: Mesh, rules: Rules = DEFAULT_RULES):
     """Place (a copy of) a pytree of arrays (params, opt state) on `mesh` according to the rules."""
-    return jax.device_put(tree, tree_shardings(tree, mesh, rules), may_alias=False)
+    return jax.tree.map(put_global, tree, tree_shardings(tree, mesh, rules))
 
 
 def constrain_tree(tree, mesh: Mesh | None, rules: Rules = DEFAULT_RULES):
