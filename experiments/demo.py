@@ -24,6 +24,15 @@ def main() -> None:
 
     cfg = tyro.cli(type(tiny()), default=tiny(), args=sys.argv[1:])
     cfg = dataclasses.replace(cfg, run_dir="runs/demo", resume=False)
+    import jax
+
+    from experiments.train import fail
+    from jgem.config import ConfigError, validate
+
+    try:
+        validate(cfg, jax.device_count())  # a bad override: the message alone, with flag names, before the wipe
+    except ConfigError as e:
+        fail(e.render())
     shutil.rmtree(cfg.run_dir, ignore_errors=True)
     console = Console()
     console.print(

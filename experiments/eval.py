@@ -10,9 +10,13 @@ with `--out`, writes the metrics and every episode as JSON. Defaults (episodes, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
-from collections.abc import Sequence
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,12 @@ from typing import Any
 def resolve(path: str | Path) -> tuple[Path, int | None]:
     """(run dir, checkpoint step or None for the latest) from a run dir or a `run/checkpoints/STEP` dir."""
     p = Path(path)
+    if _is_hf_export(p):
+        raise FileNotFoundError(
+            f"{path} is a Hugging Face export (its config.json describes a model), not a run directory: evaluate "
+            f"the run it was exported from (python -m experiments.eval RUN_DIR), or train from it with "
+            f"`python -m experiments.train PRESET --model.path {path}`"
+        )
     if (p / "config.json").is_file():
         return p, None
     if p.name.isdigit() and p.parent.name == "checkpoints" and (p.parent.parent / "config.json").is_file():
@@ -27,6 +37,15 @@ def resolve(path: str | Path) -> tuple[Path, int | None]:
     raise FileNotFoundError(
         f"{path} is neither a run directory (with config.json) nor a checkpoint step (RUN_DIR/checkpoints/STEP)"
     )
+
+
+def _is_hf_export(p: Path) -> bool:
+    """`p` holds a Hugging Face checkpoint (`experiments.export`'s output): its config.json names a model."""
+    try:
+        doc = json.loads((p / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and ("architectures" in doc or "model_type" in doc)
 
 
 def load_trainer(path: str | Path, **overrides: Any):
@@ -68,8 +87,10 @@ def evaluate(
     episodes: int | None = None,
     greedy: bool | None = None,
     max_turns: int | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
-    """The checkpoint's eval metrics and episodes on the trainer's held-out seeds (see the module docstring)."""
+    """The checkpoint's eval metrics and episodes on the trainer's held-out seeds (see the module docstring). With
+    `progress`, lines on stderr say what is evaluated and how many episodes have finished."""
     overrides: dict[str, Any] = {}
     env: dict[str, Any] = {}
     if env_id is not None:
@@ -82,13 +103,25 @@ def evaluate(
         overrides["eval_greedy"] = greedy
     if max_turns is not None:
         overrides["eval_max_turns"] = max_turns
+    t0 = time.perf_counter()
+    say = _say if progress else (lambda _: None)
+    run_dir, _ = resolve(path)  # a path that is no run fails before anything is built
+    say(f"loading {path}: building the model and restoring the checkpoint")
     trainer, step = load_trainer(path, env=env, **overrides)
+    cfg = trainer.cfg
+    total = len(trainer.specs(step, eval=True))
+    say(
+        f"evaluating step {step} of {run_dir} on {cfg.env.env_id}: {total} episodes, "
+        f"{'greedy' if cfg.eval_greedy else 'sampled'}, up to {trainer.horizon(step, eval=True)} turns "
+        f"({time.perf_counter() - t0:.0f} s so far; the first turns compile)"
+    )
     try:
-        eps = trainer.collect(step, eval=True)
+        with _episode_progress(trainer, total, say, t0):
+            eps = trainer.collect(step, eval=True)
         metrics = trainer.eval_metrics(step, eps)
     finally:
         trainer.pool.close()
-    cfg = trainer.cfg
+    say(f"evaluated {len(eps)} episodes in {time.perf_counter() - t0:.0f} s")
     return {
         "checkpoint": str(Path(path)),
         "step": step,
@@ -109,6 +142,34 @@ def evaluate(
             for e in eps
         ],
     }
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _episode_progress(trainer: Any, total: int, say: Any, t0: float, every_s: float = 5.0) -> Iterator[None]:
+    """While the body collects, a line `k/total episodes done` whenever more have finished, at most every
+    `every_s` seconds (plain lines: fine when stderr is a file or a pipe)."""
+    stop = threading.Event()
+
+    def watch() -> None:
+        shown = 0
+        while not stop.wait(every_s):
+            stats = getattr(trainer.engine, "stats", None)
+            done = getattr(stats, "episodes", 0)
+            if done != shown and done < total:
+                say(f"  {done}/{total} episodes done ({time.perf_counter() - t0:.0f} s)")
+                shown = done
+
+    thread = threading.Thread(target=watch, name="eval-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def table(result: dict[str, Any]) -> str:
@@ -132,23 +193,46 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", help="write the result (metrics and every episode) here as JSON")
     parser.add_argument("--import", dest="imports", action="append", default=[], help="import MODULE first")
     args = parser.parse_args(argv)
+    from experiments.train import fail
+    from jgem.config import ConfigError
     from jgem.registry import import_modules
 
-    import_modules(args.imports)  # ids a custom module registers (runs trained with --import keep it themselves)
-    result = evaluate(
-        args.path,
-        env_id=args.env_id,
-        env_kwargs=args.env_kwargs,
-        episodes=args.episodes,
-        greedy=args.greedy,
-        max_turns=args.max_turns,
-    )
+    if args.out:
+        _say(f"the results go to {args.out} (metrics and every episode, JSON)")
+    try:
+        import_modules(args.imports)  # ids a custom module registers (runs trained with --import keep it themselves)
+        result = evaluate(
+            args.path,
+            env_id=args.env_id,
+            env_kwargs=args.env_kwargs,
+            episodes=args.episodes,
+            greedy=args.greedy,
+            max_turns=args.max_turns,
+            progress=True,
+        )
+    except ConfigError as e:  # the run's config with this command's overrides cannot run
+        fail(e.render(lambda p: EVAL_FLAGS.get(p) or f"the run's {p}", header=f"cannot evaluate {args.path}:"))
+    except (FileNotFoundError, ImportError) as e:
+        fail(str(e))
     print(table(result))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2))
-        print(f"wrote {args.out}")
+        print(f"wrote the metrics and every episode to {args.out}")
+    else:
+        print("(--out FILE writes the metrics and every episode as JSON)")
     return result
+
+
+# the config fields this command's own flags set
+EVAL_FLAGS = {
+    "env.env_id": "--env-id",
+    "env.env_kwargs": "--env-kwargs",
+    "env.imports": "--import",
+    "eval_episodes": "--episodes",
+    "eval_greedy": "--greedy",
+    "eval_max_turns": "--max-turns",
+}
 
 
 if __name__ == "__main__":

@@ -39,10 +39,21 @@ def main(argv: Sequence[str] | None = None) -> list[str]:
     parser.add_argument("--dtype", help="convert the weights, e.g. bfloat16; default: the param dtype")
     parser.add_argument("--import", dest="imports", action="append", default=[], help="import MODULE first")
     args = parser.parse_args(argv)
+    from experiments.train import fail
+    from jgem.config import ConfigError
     from jgem.registry import import_modules
 
-    import_modules(args.imports)
-    return export(args.path, args.out, dtype=args.dtype)
+    try:
+        import_modules(args.imports)
+        return export(args.path, args.out, dtype=args.dtype)
+    except ConfigError as e:  # the run's config cannot be built here (e.g. its --import module is missing)
+        fail(
+            e.render(
+                lambda p: "--import" if p == "env.imports" else f"the run's {p}", header=f"cannot export {args.path}:"
+            )
+        )
+    except (FileNotFoundError, ImportError) as e:
+        fail(str(e))
 
 
 if __name__ == "__main__":

@@ -10,9 +10,17 @@ experiments/tpu_pod/.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
+import io
+import json
+import re
+import shlex
 import sys
+import typing
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 
 def pop_imports(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -31,24 +39,192 @@ def pop_imports(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return modules, rest
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def fail(message: str) -> NoReturn:
+    """A user's mistake: the message alone on stderr (no traceback) and exit status 2, as for a bad flag."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def check_preset(args: Sequence[str], presets: Sequence[str]) -> None:
+    """Refuse an unknown preset name (the first argument) with its close matches, before tyro's long answer."""
+    if not args or args[0].startswith("-") or args[0] in presets:
+        return
+    close = difflib.get_close_matches(args[0], list(presets), n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    fail(
+        f"unknown preset {args[0]!r}{hint}\npresets: {', '.join(presets)} (`python -m experiments.train --help` "
+        "describes them; the preset comes first, then its --field overrides)"
+    )
+
+
+def _unboxed(text: str) -> str:
+    """tyro's boxed error text as one line."""
+    lines = [line.strip().strip("│╭╮╰╯").strip() for line in text.splitlines()]
+    return " ".join(" ".join(lines).split())
+
+
+def nested_value_error(text: str) -> str | None:
+    """tyro's message for a ValueError a nested config raised while it was built (`Error parsing
+    __tyro-dummy-inner__.rollout: need 1 <= max_new_tokens ...`), with its fields written as flags; None for any
+    other text."""
+    from jgem.config import TrainConfig, cli_flag
+
+    m = re.search(
+        r"Error parsing (?:__tyro-dummy-inner__\.)?([\w.-]+): (.*?)\s*(?:─|For full helptext|$)", _unboxed(text)
+    )
+    if m is None:
+        return None
+    path, message = m.group(1).replace("-", "_"), m.group(2)
+    cls: Any = TrainConfig
+    for part in path.split("."):
+        hint = typing.get_type_hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
+        if hint is None or not dataclasses.is_dataclass(hint):
+            return f"{cli_flag(path)}.*: {message}"
+        cls = hint
+    for f in dataclasses.fields(cls):
+        flag = cli_flag(f"{path}.{f.name}")
+        message = re.sub(rf"\b{cls.__name__}\.{f.name}\b", flag, message)
+        if "_" in f.name:  # a bare name only when it cannot be an ordinary word
+            message = re.sub(rf"(?<![\w.-]){f.name}\b", flag, message)
+    return message
+
+
+def parse(args: Sequence[str]) -> Any:
+    """The TrainConfig of `args` (a preset, then overrides) through tyro, as `main` builds it; a nested config's
+    ValueError comes back as a one-line error naming flags."""
     import tyro
 
     from experiments.configs import PRESETS
+
+    check_preset(args, list(PRESETS))
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            cfg = tyro.extras.overridable_config_cli(PRESETS, args=list(args))
+    except SystemExit as e:
+        message = nested_value_error(err.getvalue()) if e.code not in (0, None) else None
+        if message is not None:
+            fail(message)
+        sys.stderr.write(err.getvalue())
+        raise
+    sys.stderr.write(err.getvalue())
+    return cfg
+
+
+def cli_value(path: str, value: Any) -> list[str]:
+    """The command-line arguments that set the TrainConfig field `path` to `value` (as a checkpoint stores it)."""
+    from jgem.config import TrainConfig, cli_flag
+
+    cls: Any = TrainConfig
+    *groups, name = path.split(".")
+    for part in groups:
+        cls = typing.get_type_hints(cls)[part]
+    if typing.get_type_hints(cls).get(name) is bool and isinstance(value, bool):
+        return [cli_flag(path) if value else cli_flag(".".join([*groups, "no_" + name]))]
+    if isinstance(value, dict):
+        return [cli_flag(path), shlex.quote(json.dumps(value))]
+    if isinstance(value, list | tuple):
+        return [cli_flag(path), *(shlex.quote(str(v)) for v in value)]
+    return [cli_flag(path), "None" if value is None else shlex.quote(str(value))]
+
+
+def _field_of(key: str) -> str | None:
+    """The TrainConfig field path a flattened checkpoint key belongs to (`env.env_kwargs.path` -> `env.env_kwargs`)."""
+    from jgem.config import TrainConfig
+
+    cls: Any = TrainConfig
+    parts = key.split(".")
+    for i, part in enumerate(parts):
+        hint = typing.get_type_hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
+        if hint is None:
+            return None
+        if not dataclasses.is_dataclass(hint):
+            return ".".join(parts[: i + 1])
+        cls = hint
+    return None
+
+
+def _saved_value(path: str, saved: dict[str, Any], defaults: dict[str, Any]) -> Any:
+    """The value of field `path` in a checkpoint's flattened config (a dict field is spread over `path.*` keys;
+    a field the checkpoint lacks had its default)."""
+    from jgem.checkpoint import MISSING
+
+    if path in saved:
+        return defaults.get(path) if saved[path] == MISSING else saved[path]
+    spread = {k[len(path) + 1 :]: v for k, v in saved.items() if k.startswith(path + ".")}
+    if not spread:
+        return defaults.get(path)
+    out: dict[str, Any] = {}
+    for k, v in spread.items():  # unflatten nested dicts
+        *heads, last = k.split(".")
+        node = out
+        for h in heads:
+            node = node.setdefault(h, {})
+        node[last] = v
+    return out
+
+
+def mismatch_message(e: Any, cfg: Any) -> str:
+    """What to type after a resume was refused (a `ConfigMismatchError`): the differing fields as flags with the
+    checkpoint's values, or a new run directory."""
+    from pathlib import Path
+
+    from jgem.checkpoint import MISSING, flatten_config
+    from jgem.config import TrainConfig, cli_flag
+
+    defaults = flatten_config(TrainConfig())
+    now = flatten_config(cfg)
+    paths = list(dict.fromkeys(p for p in (_field_of(k) for k, _, _ in e.fields) if p is not None))
+    rows, resume = [], []
+    for path in paths:
+        then = _saved_value(path, e.saved, defaults)
+        current = _saved_value(path, now, defaults)
+        shown = [" ".join(cli_value(path, v)[1:]) or "(none)" for v in (then, current)]
+        if isinstance(then, bool):
+            shown = [str(then), str(current)]
+        rows.append(f"  {cli_flag(path)}: checkpoint {shown[0]}, now {shown[1]}")
+        resume += cli_value(path, then)
+    unknown = [k for k, _, _ in e.fields if _field_of(k) is None]
+    rows += [f"  {k}: checkpoint {a!r}, now {b!r}" for k, a, b in e.fields if k in unknown and a is not MISSING]
+    where = f"step {e.step} in " if e.step is not None else ""
+    new_dir = next(f"{cfg.run_dir}-{i}" for i in range(2, 10_000) if not Path(f"{cfg.run_dir}-{i}").exists())
+    lines = [
+        f"cannot resume: the checkpoint ({where}{e.directory}) was trained with a different config:",
+        *rows,
+        "to resume the run as it was, run the same command with",
+        f"  {' '.join(resume)}",
+        f"or keep the new settings and start a new run in another directory, e.g. --run-dir {shlex.quote(new_dir)}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
     from jgem.hostmem import keep_host_memory
     from jgem.sharding.mesh import initialize
 
     keep_host_memory()  # if JGEM_KEEP_HOST_MEMORY=1: before JAX's first computation (docs/benchmarks.md)
-    modules, args = pop_imports(sys.argv[1:] if argv is None else argv)
-    cfg = tyro.extras.overridable_config_cli(PRESETS, args=args)
+    try:
+        modules, args = pop_imports(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:
+        fail(str(e.code))
+    cfg = parse(args)
     if modules:
         imports = tuple(dict.fromkeys((*cfg.env.imports, *modules)))
         cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, imports=imports))
     initialize()  # multi-host from JGEM_* env vars or TPU auto-detection; a no-op on one machine
 
+    from jgem.checkpoint import ConfigMismatchError, CorruptCheckpointError
+    from jgem.config import ConfigError
     from jgem.train import train
 
-    train(cfg)
+    try:
+        train(cfg)  # Trainer's first act is validate(cfg): a ConfigError comes before anything is built
+    except ConfigError as e:
+        fail(e.render())  # the message alone, with flag names
+    except ConfigMismatchError as e:
+        fail(mismatch_message(e, cfg))
+    except CorruptCheckpointError as e:
+        fail(str(e))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,31 @@ from orbax.checkpoint import checkpoint_managers as ocm
 
 
 class ConfigMismatchError(ValueError):
-    """The checkpoint was written by a run with a different config."""
+    """The checkpoint was written by a run with a different config. `fields` holds (field path, the checkpoint's
+    value, the value now) for each differing field (`MISSING` where a config lacks it), `saved` the checkpoint's
+    flattened run config, `directory` and `step` where it was found."""
+
+    def __init__(
+        self,
+        message: str,
+        fields: list[tuple[str, Any, Any]] | None = None,
+        saved: dict[str, Any] | None = None,
+        directory: str = "",
+        step: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.fields = list(fields or [])
+        self.saved = dict(saved or {})
+        self.directory = directory
+        self.step = step
+
+
+MISSING = "<missing>"
+
+# Run-config fields never compared on resume, nor shown: the env servers' token older jgem stored (a field that is
+# gone; jgem.config.REMOVED_FIELDS drops it from config.json the same way), and the file the token is read from now
+# (how the run reaches its servers, not what it trains).
+UNCOMPARED_CONFIG_FIELDS = ("env.remote_token", "env.remote_token_file")
 
 
 class CorruptCheckpointError(ValueError):
@@ -102,23 +126,30 @@ def config_fingerprint(config: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def config_diff(
+def differing_fields(
     saved: dict[str, Any], current: dict[str, Any], ignore: tuple[str, ...] = (), defaults: dict[str, Any] | None = None
-) -> list[str]:
-    """Fields that differ between two flattened configs, as readable lines; `ignore` holds field prefixes. With
-    `defaults` (the flattened default config), a field `saved` lacks (a run older than the field) matches a current
-    value equal to its default."""
-    lines = []
+) -> list[tuple[str, Any, Any]]:
+    """(field, saved value, current value) for the fields that differ between two flattened configs (`MISSING`
+    where one lacks the field); `ignore` holds field prefixes. With `defaults` (the flattened default config), a
+    field `saved` lacks (a run older than the field) matches a current value equal to its default."""
+    out = []
     defaults = defaults or {}
     for key in sorted(set(saved) | set(current)):
         if any(key == p or key.startswith(p + ".") for p in ignore):
             continue
-        a, b = saved.get(key, "<missing>"), current.get(key, "<missing>")
+        a, b = saved.get(key, MISSING), current.get(key, MISSING)
         if key not in saved and key in defaults and b == defaults[key]:
             continue
         if a != b:
-            lines.append(f"{key}: checkpoint={a!r} now={b!r}")
-    return lines
+            out.append((key, a, b))
+    return out
+
+
+def config_diff(
+    saved: dict[str, Any], current: dict[str, Any], ignore: tuple[str, ...] = (), defaults: dict[str, Any] | None = None
+) -> list[str]:
+    """`differing_fields` as readable lines, `key: checkpoint=... now=...`."""
+    return [f"{k}: checkpoint={a!r} now={b!r}" for k, a, b in differing_fields(saved, current, ignore, defaults)]
 
 
 class Checkpointer:
@@ -296,12 +327,22 @@ class Checkpointer:
         """Refuse a checkpoint written under a different run config."""
         if not self.run_config:
             return
-        diff = config_diff(host.get("config") or {}, self.run_config, self.ignore_fields, self.defaults)
-        if diff:
+        saved = {
+            k: v
+            for k, v in (host.get("config") or {}).items()
+            if not any(k == p or k.startswith(p + ".") for p in UNCOMPARED_CONFIG_FIELDS)
+        }
+        ignore = (*self.ignore_fields, *UNCOMPARED_CONFIG_FIELDS)
+        fields = differing_fields(saved, self.run_config, ignore, self.defaults)
+        if fields:
             where = f"step {step} in " if step is not None else ""
             raise ConfigMismatchError(
                 f"checkpoint {where}{self.config.directory} was written with a different config:\n  "
-                + "\n  ".join(diff)
+                + "\n  ".join(f"{k}: checkpoint={a!r} now={b!r}" for k, a, b in fields)
                 + "\nresume with the original config, start a new run directory, or list fields that may change "
-                "in ignore_fields"
+                "in ignore_fields",
+                fields,
+                saved,
+                self.config.directory,
+                step,
             )

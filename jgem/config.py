@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,22 +49,56 @@ class EnvConfig:
     """Which environment and how the pool runs it."""
 
     env_id: str = "game:GuessTheNumber-v0-easy"
+    """the env id to train on (jgem.list_envs(), docs/environments.md), or one a module given with --import
+    registers"""
     env_kwargs: JsonKwargs = field(default_factory=dict)
+    """the env's constructor arguments as one JSON object, e.g. '{"path": "gsm8k.parquet"}'"""
     num_envs: int = 16
-    backend: str = "inline"  # inline (deterministic), thread, process, remote
+    """envs in the pool: the most episodes played at once"""
+    backend: str = "inline"
+    """how the pool runs the envs: inline (deterministic), thread, process, remote (env servers at
+    --env.remote-urls)"""
     num_workers: int | None = None
+    """worker threads or processes of the thread, process and remote backends; None: one per env"""
     step_timeout: float | None = None
+    """seconds an env reset or step may take before its episode ends as a fault (not with the inline backend);
+    None: no limit"""
     remote_urls: tuple[str, ...] = ()
-    remote_token: str | None = None
+    """base URLs of jgem-serve env servers for --env.backend remote (envs are assigned round-robin)"""
+    remote_token_file: str | None = None
+    """a file whose first line is the env servers' bearer token (--env.backend remote); None: the token in
+    $JGEM_SERVE_TOKEN, if set. The token is read when the pool is built and never written to the run directory"""
     system_prompt: str | None = None
-    imports: tuple[str, ...] = ()  # modules imported first: they register custom env ids (`--import` on the CLI)
-    # Tools around every env (docs/tools.md): any of "python", "search", "mcp", tried in this order
+    """a system message before every episode's first observation; None: none"""
+    imports: tuple[str, ...] = ()
+    """modules imported first: they register custom env ids (`--import` on the CLI)"""
     tools: tuple[str, ...] = ()
-    max_tool_uses: int | None = 5  # tool calls per episode (None: unlimited); they do not use env turns
-    tool_timeout: float = 5.0  # seconds per tool call
-    search_corpus: str | None = None  # JSONL corpus or search server URL; default: the shipped corpus
+    """tools around every env (docs/tools.md): any of python, search, mcp, tried in this order"""
+    max_tool_uses: int | None = 5
+    """tool calls per episode (None: unlimited); they do not use env turns"""
+    tool_timeout: float = 5.0
+    """seconds per tool call"""
+    search_corpus: str | None = None
+    """the search tool's JSONL corpus or search server URL; None: the shipped corpus"""
     search_topk: int = 3
-    mcp_server: str | None = None  # streamable-HTTP URL, or a stdio server's command line
+    """passages one search call returns"""
+    mcp_server: str | None = None
+    """the mcp tool's server: a streamable-HTTP URL, or a stdio server's command line"""
+
+    def read_remote_token(self) -> str | None:
+        """The env servers' bearer token for the remote backend: the first line of `remote_token_file`, else
+        $JGEM_SERVE_TOKEN, else None (and None for other backends). Read here, never kept in the config."""
+        if self.backend != "remote":
+            return None
+        if self.remote_token_file is not None:
+            from jgem.envs.remote import read_token_file
+
+            return read_token_file(self.remote_token_file)
+        import os
+
+        from jgem.envs.remote import TOKEN_ENV
+
+        return os.environ.get(TOKEN_ENV) or None
 
 
 @dataclass(frozen=True)
@@ -70,18 +106,28 @@ class ModelSpec:
     """A local HF checkpoint (`path`) or a preset with random init and the shipped tiny tokenizer."""
 
     path: str | None = None
+    """a local Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer files) to start from;
+    None: --model.preset with random init"""
     preset: str = "tiny"
-    tokenizer_path: str | None = None  # default: `path`, or the tiny tokenizer for presets
+    """the architecture (jgem.models.config.PRESETS) built with random init when --model.path is None"""
+    tokenizer_path: str | None = None
+    """a directory with the tokenizer files; None: --model.path, or the shipped tiny tokenizer for presets"""
     dtype: str = "float32"
+    """compute dtype of the forward pass (float32, bfloat16)"""
     param_dtype: str = "float32"
-    # Remat policy of each decoder block (jgem.models.config.REMAT: none, full, dots_saveable, ...);
-    # True / False, as older configs say, mean "full" / "none".
+    """dtype the weights are kept and updated in: float32 master weights, or 16-bit (with LoRA, the frozen
+    base's dtype)"""
     remat: bool | str = "none"
-    attention: str = "auto"  # jgem.models.config.ATTENTION: auto, xla, blockwise, cudnn, splash
-    # the training forward as one lax.scan over the layers: None (auto) on GPU/TPU, not on CPU; True / False force it
+    """remat policy of each decoder block (jgem.models.config.REMAT: none, full, dots_saveable, ...); True /
+    False, as older configs say, mean full / none"""
+    attention: str = "auto"
+    """attention implementation (jgem.models.config.ATTENTION): auto, xla, blockwise, cudnn, splash"""
     scan_layers: bool | None = None
-    # LoRA adapters (`--model.lora.rank 16`): only they train, the base weights stay frozen; rank 0: full fine-tuning
+    """the training forward as one lax.scan over the layers: None (auto) on GPU/TPU, not on CPU; True / False
+    force it"""
     lora: LoraConfig = field(default_factory=LoraConfig)
+    """LoRA adapters (`--model.lora.rank 16`): only they train, the base weights stay frozen; rank 0: full
+    fine-tuning"""
 
 
 @dataclass(frozen=True)
@@ -89,7 +135,10 @@ class CurriculumConfig:
     """ScalingInter-RL horizons; empty `horizons` means the env's own turn limit (capped by 1000)."""
 
     horizons: tuple[int, ...] = ()
+    """the turn horizon of each stage, e.g. 5 10 20 (the env's own limit still applies); empty: the env's
+    limit"""
     stage_steps: int = 100
+    """RL steps per stage; the last stage lasts to the end of the run"""
 
 
 @dataclass(frozen=True)
@@ -97,58 +146,132 @@ class WarmStartConfig:
     """Optional supervised warm start on a scripted agent's games (games with a reference solver)."""
 
     steps: int = 0
+    """supervised steps imitating the env's scripted solver before RL (games with a solver only); 0: none"""
     episodes_per_step: int = 32
+    """teacher episodes per warm-start step"""
     lr: float = 1e-3
-    epsilon: float = 0.0  # chance per turn that the teacher plays a random action instead
-    epochs: int = 1  # passes over each batch of teacher episodes
-    minibatches: int = 1  # optimizer steps per pass
-    reset_optimizer: bool = True  # RL starts with fresh AdamW moments (not the supervised phase's)
+    """learning rate of the warm start"""
+    epsilon: float = 0.0
+    """chance per turn that the teacher plays a random action instead"""
+    epochs: int = 1
+    """passes over each batch of teacher episodes"""
+    minibatches: int = 1
+    """optimizer steps per pass"""
+    reset_optimizer: bool = True
+    """RL starts with fresh AdamW moments (not the supervised phase's)"""
 
 
 @dataclass(frozen=True)
 class LogConfig:
     """Metric sinks beside metrics.jsonl and TensorBoard (always written): Weights & Biases, off by default."""
 
-    wandb: bool = False  # log the run's config and every step's scalars to a W&B run (needs the wandb extra)
+    wandb: bool = False
+    """log the run's config and every step's scalars to a W&B run (needs the wandb extra)"""
     wandb_project: str = "jgem"
-    wandb_entity: str | None = None  # a W&B user or team; None: the account's default
-    wandb_name: str | None = None  # the run's display name; None: the run dir's name
-    wandb_mode: str = "offline"  # offline: files under run_dir/wandb only (`wandb sync` uploads them); online
+    """the W&B project"""
+    wandb_entity: str | None = None
+    """a W&B user or team; None: the account's default"""
+    wandb_name: str | None = None
+    """the run's display name; None: the run dir's name"""
+    wandb_mode: str = "offline"
+    """offline: files under run_dir/wandb only (`wandb sync` uploads them); online: streamed to the server"""
 
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """The whole run: env, model, rollout, learner and the loop around them (docs/quickstart.md)."""
+
     run_dir: str = "runs/default"
+    """where the run writes config.json, metrics, plots and checkpoints; the same command again resumes there"""
     seed: int = 0
+    """seeds the initial weights, the episode seeds and the sampling"""
     steps: int = 100
+    """RL steps after the warm start; each plays --episodes-per-step episodes and updates the policy"""
     algorithm: str = "rebn"
+    """advantage estimator and loss: rebn, reinforce, grpo, drgrpo, rloo, reinforce_pp, ppo
+    (docs/algorithms.md)"""
     gamma: float = 1.0
-    lam: float = 0.95  # GAE lambda (ppo)
+    """discount factor over turns, in [0, 1]"""
+    lam: float = 0.95
+    """GAE lambda (ppo)"""
     episodes_per_step: int = 32
-    group_size: int = 1  # episodes per start state; > 1 for grpo, drgrpo, rloo
-    critic_from_policy: bool = True  # ppo: initialise the critic from the policy's weights
+    """episodes played per RL step"""
+    group_size: int = 1
+    """episodes per start state; > 1 for grpo, drgrpo, rloo"""
+    critic_from_policy: bool = True
+    """ppo: initialise the critic from the policy's weights"""
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelSpec = field(default_factory=ModelSpec)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
-    mesh: MeshConfig = field(default_factory=lambda: MeshConfig(data=-1))  # all devices, batch over data
+    mesh: MeshConfig = field(default_factory=lambda: MeshConfig(data=-1))
+    """device mesh axis sizes (one may be -1: the devices the others leave); the default puts the batch over
+    all devices"""
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     batch_buckets: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
+    """row lengths in tokens that training rows are padded to (the smallest that fits): fewer shapes, fewer
+    compilations"""
     eval_every: int = 10
+    """evaluate every N RL steps (and before training, after the warm start and at the end); 0: never"""
     eval_episodes: int = 64
+    """held-out episodes per evaluation (their seeds never overlap training seeds)"""
     eval_greedy: bool = False
-    # evaluation's turn limit: None plays to the env's own limit, whatever the curriculum's training horizon
+    """evaluate with greedy decoding instead of sampling"""
     eval_max_turns: int | None = None
+    """evaluation's turn limit: None plays to the env's own limit, whatever the curriculum's training
+    horizon"""
     checkpoint_every: int = 10
+    """save a checkpoint every N RL steps (and after the warm start and the last step)"""
     keep_checkpoints: int = 3
+    """checkpoints kept: the last N, plus the best by eval/success_rate"""
     resume: bool = True
+    """continue from the latest checkpoint in --run-dir if there is one; --no-resume starts from scratch"""
     plot: bool = True
+    """draw the learning curves into run_dir/curves.png at the end"""
     console: bool = True
+    """print a progress bar and metrics to the console"""
     log: LogConfig = field(default_factory=LogConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+# Fields older jgem wrote into config.json that are gone: {class name: {field: why}}. Loading an old run drops them
+# with a warning that never shows their value; checkpoints never compare them (checkpoint.UNCOMPARED_CONFIG_FIELDS).
+REMOVED_FIELDS: dict[str, dict[str, str]] = {
+    "EnvConfig": {
+        "remote_token": "the env servers' token is no longer kept in the config; give it with "
+        "--env.remote-token-file PATH or $JGEM_SERVE_TOKEN",
+    },
+}
+
+
+def cli_flag(path: str) -> str:
+    """The command-line flag of a TrainConfig field path: `rollout.max_episode_tokens` ->
+    `--rollout.max-episode-tokens`."""
+    return "--" + path.replace("_", "-")
+
+
+_FIELD = "\x1f"  # marks a field path inside a ConfigError message: `_field("warm_start.steps")`
+
+
+def _field(path: str) -> str:
+    return f"{_FIELD}{path}{_FIELD}"
+
+
+class ConfigError(ValueError):
+    """A TrainConfig that cannot run. `problems` are the messages; `str()` names fields as in Python
+    (`warm_start.steps`), `render(flag)` as a command line does (`--warm-start.steps`, or `flag(path)`)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__(self.render(lambda path: path, header="invalid TrainConfig:"))
+
+    def render(self, flag: Any = cli_flag, *, header: str = "invalid configuration:") -> str:
+        pattern = re.compile(f"{_FIELD}([^{_FIELD}]*){_FIELD}")
+        lines = [pattern.sub(lambda m: flag(m.group(1)), p) for p in self.problems]
+        return header + "\n  - " + "\n  - ".join(lines)
 
 
 def config_from_dict(cls: type, d: dict[str, Any]) -> Any:
@@ -158,6 +281,10 @@ def config_from_dict(cls: type, d: dict[str, Any]) -> Any:
 
     hints = typing.get_type_hints(cls, include_extras=False)
     names = {f.name for f in dataclasses.fields(cls)}
+    removed = REMOVED_FIELDS.get(cls.__name__, {})
+    for name in sorted(set(d) & set(removed) - names):  # fields older jgem wrote: dropped, their values never shown
+        warnings.warn(f"ignoring {cls.__name__}.{name} in an old config: {removed[name]}", UserWarning, stacklevel=2)
+        d = {k: v for k, v in d.items() if k != name}
     unknown = sorted(set(d) - names)
     if unknown:
         raise ValueError(f"{cls.__name__} has no fields {unknown}; was the config written by a newer jgem?")
@@ -187,8 +314,13 @@ def _in(value: Any, lo: float, hi: float, *, lo_open: bool = False, hi_open: boo
     return (lo < value if lo_open else lo <= value) and (value < hi if hi_open else value <= hi)
 
 
-def range_errors(cfg: TrainConfig) -> list[str]:
-    """Numbers the CLI accepts as types but that cannot train: each message names the field and its range."""
+def _plain(path: str) -> str:
+    return path
+
+
+def range_errors(cfg: TrainConfig, name: Any = _plain) -> list[str]:
+    """Numbers the CLI accepts as types but that cannot train: each message names the field (as `name(path)`)
+    and its range."""
     inf = float("inf")
     checks = [
         ("seed", cfg.seed, 0, 2**31 - 1, False, False, "an integer in [0, 2^31 - 1]"),
@@ -207,25 +339,28 @@ def range_errors(cfg: TrainConfig) -> list[str]:
         ("env.search_topk", cfg.env.search_topk, 1, inf, False, True, "an integer >= 1"),
     ]
     errors = [
-        f"{name} is {value!r}; it must be {allowed}"
-        for name, value, lo, hi, lo_open, hi_open, allowed in checks
+        f"{name(path)} is {value!r}; it must be {allowed}"
+        for path, value, lo, hi, lo_open, hi_open, allowed in checks
         if not _in(value, lo, hi, lo_open=lo_open, hi_open=hi_open)
     ]
     if cfg.eval_max_turns is not None and not _in(cfg.eval_max_turns, 1, inf, hi_open=True):
         errors.append(
-            f"eval_max_turns is {cfg.eval_max_turns!r}; it must be an integer >= 1, or None (the env's limit)"
+            f"{name('eval_max_turns')} is {cfg.eval_max_turns!r}; it must be an integer >= 1, or None (the env's limit)"
         )
     if cfg.env.step_timeout is not None and not _in(cfg.env.step_timeout, 0, float("inf"), lo_open=True, hi_open=True):
         errors.append(
-            f"env.step_timeout is {cfg.env.step_timeout!r}; it must be a finite number of seconds > 0, or None"
+            f"{name('env.step_timeout')} is {cfg.env.step_timeout!r}; it must be a finite number of seconds > 0, "
+            "or None"
         )
     buckets = cfg.batch_buckets
     if not buckets or any(not _in(b, 1, inf, hi_open=True) or int(b) != b for b in buckets):
-        errors.append(f"batch_buckets is {tuple(buckets)!r}; it must be one or more integers >= 1 (row lengths)")
+        errors.append(
+            f"{name('batch_buckets')} is {tuple(buckets)!r}; it must be one or more integers >= 1 (row lengths)"
+        )
     return errors
 
 
-def log_errors(log: LogConfig) -> list[str]:
+def log_errors(log: LogConfig, name: Any = _plain) -> list[str]:
     """What is wrong with the logging config: an unknown W&B mode, or W&B on without the wandb package."""
     import importlib.util
 
@@ -234,67 +369,88 @@ def log_errors(log: LogConfig) -> list[str]:
     errors = []
     if log.wandb_mode not in WANDB_MODES:
         errors.append(
-            f"log.wandb_mode {log.wandb_mode!r} is unknown; choose offline (files only, `wandb sync` uploads "
-            "them) or online"
+            f"{name('log.wandb_mode')} {log.wandb_mode!r} is unknown; choose offline (files only, `wandb sync` "
+            "uploads them) or online"
         )
     if log.wandb and importlib.util.find_spec("wandb") is None:
-        errors.append("log.wandb needs the wandb package: pip install 'jgem[wandb]' (or drop --log.wandb)")
+        errors.append(
+            f"{name('log.wandb')} needs the wandb package: .venv/bin/pip install -e '.[wandb]' (or drop --log.wandb)"
+        )
     return errors
 
 
 def validate(cfg: TrainConfig, num_devices: int) -> None:
-    """Fail fast, before anything compiles, on a config that cannot run; messages say what to change."""
+    """Fail fast, before anything compiles, on a config that cannot run: a `ConfigError` (a ValueError) whose
+    messages say what to change."""
     from jgem.registry import import_modules, spec
 
-    import_modules(cfg.env.imports)  # before the env id is looked up
+    f = _field
+    try:
+        import_modules(cfg.env.imports)  # before the env id is looked up
+    except ImportError as e:
+        raise ConfigError([f"{f('env.imports')}: {e}"]) from e
     errors = []
     if cfg.algorithm not in ALGORITHMS:
-        errors.append(f"algorithm {cfg.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}")
+        errors.append(f"{f('algorithm')} {cfg.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}")
+    known_env = True
     if cfg.env.backend != "remote":
         try:
             spec(cfg.env.env_id)
         except KeyError as e:
-            errors.append(str(e.args[0]))
+            known_env = False
+            errors.append(f"{f('env.env_id')}: {e.args[0]}")
+    else:
+        try:
+            cfg.env.read_remote_token()
+        except ValueError as e:
+            errors.append(f"{f('env.remote_token_file')}: {e}")
+        if not cfg.env.remote_urls:
+            errors.append(f"{f('env.backend')} remote needs {f('env.remote_urls')} (one or more env server URLs)")
     from jgem.envs.with_tools import tool_errors
 
     errors += tool_errors(tuple(cfg.env.tools), cfg.env.mcp_server)
-    errors += log_errors(cfg.log)
-    if cfg.warm_start.steps > 0:
+    errors += log_errors(cfg.log, f)
+    if cfg.warm_start.steps > 0 and known_env:  # an unknown id has its own message; no solver hint on top
         from jgem.envs.games.solvers import has_solver
 
         if not has_solver(cfg.env.env_id):
             errors.append(
-                f"warm_start.steps {cfg.warm_start.steps} needs a game with a scripted solver, and "
+                f"{f('warm_start.steps')} {cfg.warm_start.steps} needs a game with a scripted solver, and "
                 f"{cfg.env.env_id!r} has none; set --warm-start.steps 0"
             )
     if cfg.model.path is not None and not (Path(cfg.model.path) / "config.json").is_file():
-        errors.append(f"model.path {cfg.model.path!r} is not a local HF checkpoint directory (no config.json there)")
+        errors.append(
+            f"{f('model.path')} {cfg.model.path!r} is not a local HF checkpoint directory (no config.json there)"
+        )
     if cfg.model.tokenizer_path is not None and not Path(cfg.model.tokenizer_path).is_dir():
-        errors.append(f"model.tokenizer_path {cfg.model.tokenizer_path!r} does not exist")
-    if cfg.steps < 0 or cfg.episodes_per_step < 1:
-        errors.append("steps must be >= 0 and episodes_per_step >= 1")
+        errors.append(f"{f('model.tokenizer_path')} {cfg.model.tokenizer_path!r} does not exist")
+    if cfg.steps < 0:
+        errors.append(f"{f('steps')} is {cfg.steps}; it must be >= 0")
+    if cfg.episodes_per_step < 1:
+        errors.append(f"{f('episodes_per_step')} is {cfg.episodes_per_step}; it must be >= 1")
     if cfg.group_size < 1 or cfg.episodes_per_step % cfg.group_size:
         errors.append(
-            f"episodes_per_step {cfg.episodes_per_step} is not divisible by group_size {cfg.group_size}; "
-            "use a multiple of group_size"
+            f"{f('episodes_per_step')} {cfg.episodes_per_step} is not divisible by {f('group_size')} "
+            f"{cfg.group_size}; use a multiple of {f('group_size')}"
         )
     if cfg.algorithm in GROUPED and cfg.group_size < 2:
-        errors.append(f"{cfg.algorithm} normalises within groups of rollouts; set group_size >= 2 (e.g. 8)")
+        errors.append(f"{cfg.algorithm} normalises within groups of rollouts; set {f('group_size')} >= 2 (e.g. 8)")
     if cfg.learner.temperature != cfg.rollout.temperature:
         errors.append(
-            f"learner.temperature {cfg.learner.temperature} differs from rollout.temperature "
+            f"{f('learner.temperature')} {cfg.learner.temperature} differs from {f('rollout.temperature')} "
             f"{cfg.rollout.temperature}; the learner must score actions at the temperature they were sampled at"
         )
     if not 0.0 <= cfg.gamma <= 1.0:
-        errors.append(f"gamma must be in [0, 1], got {cfg.gamma}")
+        errors.append(f"{f('gamma')} must be in [0, 1], got {cfg.gamma}")
     if cfg.model.param_dtype in ("bfloat16", "float16") and cfg.model.lora.rank == 0 and cfg.learner.lr < 1e-4:
         errors.append(
-            f"model.param_dtype {cfg.model.param_dtype} with learner.lr {cfg.learner.lr:g}: 16-bit weights round away "
-            "an optimizer step below ~2^-8 of their size (1e-4 at a weight of 0.03), so full fine-tuning would "
-            "leave most of them unchanged; use --model.param-dtype float32 (float32 master weights; --model.dtype "
-            "bfloat16 keeps bf16 compute) or LoRA (--model.lora.rank 16: float32 adapters on the frozen 16-bit base)"
+            f"{f('model.param_dtype')} {cfg.model.param_dtype} with {f('learner.lr')} {cfg.learner.lr:g}: 16-bit "
+            "weights round away an optimizer step below ~2^-8 of their size (1e-4 at a weight of 0.03), so full "
+            "fine-tuning would leave most of them unchanged; use --model.param-dtype float32 (float32 master weights; "
+            "--model.dtype bfloat16 keeps bf16 compute) or LoRA (--model.lora.rank 16: float32 adapters on the "
+            "frozen 16-bit base)"
         )
-    errors += range_errors(cfg)
+    errors += range_errors(cfg, f)
     try:
         sizes = cfg.mesh.resolve(num_devices)
     except ValueError as e:
@@ -304,8 +460,8 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
         mb = cfg.learner.micro_batch_size
         if mb is not None and mb % batch_axes:
             errors.append(
-                f"learner.micro_batch_size {mb} is not divisible by {batch_axes} devices on mesh axes (data, fsdp); "
-                f"use a multiple of {batch_axes}"
+                f"{f('learner.micro_batch_size')} {mb} is not divisible by {batch_axes} devices on mesh axes "
+                f"(data, fsdp); use a multiple of {batch_axes}"
             )
     if errors:
-        raise ValueError("invalid TrainConfig:\n  - " + "\n  - ".join(errors))
+        raise ConfigError(errors)

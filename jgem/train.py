@@ -140,7 +140,7 @@ class Trainer:
             env_kwargs=dict(cfg.env.env_kwargs),
             wrappers=tool_wrapper(cfg.env) + tuple(wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt)),
             remote_urls=cfg.env.remote_urls,
-            remote_token=cfg.env.remote_token,
+            remote_token=cfg.env.read_remote_token(),  # read here, never kept in the config
             imports=cfg.env.imports,
         )
         self.engine = RolloutEngine(

@@ -163,6 +163,20 @@ def test_resume_with_different_config_is_refused(tmp_path):
         assert ck.restore_latest(make_state(0)).step == 1
 
 
+def test_a_mismatch_carries_the_fields_and_never_an_old_token(tmp_path):
+    """ConfigMismatchError lists (field, checkpoint value, value now) for a CLI to turn into flags; the token older
+    runs stored (`env.remote_token`, a field that is gone) is neither compared nor shown."""
+    saved = {"lr": 1e-3, "model.num_layers": 2, "model.dims": [8, 16], "log_every": 10, "env.remote_token": "s3cret"}
+    now = {**flatten_config(RunCfg()), "env.remote_token_file": "/run/secrets/token"}  # the token's source now
+    with Checkpointer(CheckpointConfig(str(tmp_path)), run_config=now) as ck:
+        ck.check_config({"config": saved}, step=3)  # the old token alone, or where it comes from: no mismatch
+        with pytest.raises(ConfigMismatchError) as e:
+            ck.check_config({"config": {**saved, "lr": 2e-3}}, step=3)
+    assert e.value.fields == [("lr", 2e-3, 1e-3)] and e.value.step == 3 and e.value.directory == str(tmp_path)
+    assert "s3cret" not in str(e.value) and "env.remote_token" not in e.value.saved
+    assert "lr: checkpoint=0.002 now=0.001" in str(e.value)
+
+
 def test_config_helpers():
     flat = flatten_config(RunCfg())
     assert flat == {"lr": 1e-3, "model.num_layers": 2, "model.dims": [8, 16], "log_every": 10}

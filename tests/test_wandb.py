@@ -164,6 +164,6 @@ def test_cli_switches_and_clear_errors(monkeypatch):
     assert "log.wandb_mode 'onlin' is unknown" in log_errors(LogConfig(wandb=True, wandb_mode="onlin"))[0]
     monkeypatch.setitem(sys.modules, "wandb", None)  # as if the extra were not installed
     assert log_errors(LogConfig()) == []
-    assert "pip install 'jgem[wandb]'" in log_errors(LogConfig(wandb=True))[0]
+    assert "pip install -e '.[wandb]'" in log_errors(LogConfig(wandb=True))[0]
     with pytest.raises(ImportError, match=r"pip install 'jgem\[wandb\]'"):
         import_wandb()

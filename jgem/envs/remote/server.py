@@ -14,7 +14,6 @@ import ipaddress
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 from jgem.envs.remote.protocol import DEFAULT_PORT, INSTANCE_HEADER, TOKEN_HEADER
@@ -368,15 +367,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def resolve_token(args: argparse.Namespace) -> str | None:
     """The token from --token-file, else --token, else $JGEM_SERVE_TOKEN."""
+    from jgem.envs.remote import TOKEN_ENV, read_token_file
+
     if args.token_file:
         try:
-            token = (Path(args.token_file).read_text(encoding="utf-8").splitlines() or [""])[0].strip()
-        except OSError as e:
-            sys.exit(f"--token-file {args.token_file}: cannot read a token from it ({e})")
-        if not token:
-            sys.exit(f"--token-file {args.token_file} is empty")
-        return token
-    return args.token or os.environ.get("JGEM_SERVE_TOKEN") or None
+            return read_token_file(args.token_file)
+        except ValueError as e:
+            sys.exit(f"--token-file: {e}")
+    return args.token or os.environ.get(TOKEN_ENV) or None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -408,17 +406,47 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(str(e))
     from jgem.envs.remote.header_timeout import with_header_timeout
 
-    uvicorn.run(
-        app,
-        http=with_header_timeout(args.timeout_headers),
-        host=args.host,
-        port=args.port,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=10,
-        limit_concurrency=args.limit_concurrency,
-        timeout_keep_alive=args.timeout_keep_alive,
-        h11_max_incomplete_event_size=16 * 1024,  # headers larger than this are refused
+    server = _announcing_server(
+        uvicorn.Config(
+            app,
+            http=with_header_timeout(args.timeout_headers),
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=10,
+            limit_concurrency=args.limit_concurrency,
+            timeout_keep_alive=args.timeout_keep_alive,
+            h11_max_incomplete_event_size=16 * 1024,  # headers larger than this are refused
+        ),
+        tuple(args.env),
+        bool(args.token),
     )
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:
+        sys.exit(3)  # uvicorn's startup failure (e.g. the port is taken); it logged why
+
+
+def listening_line(host: str, port: int, envs: tuple[str, ...], token: bool) -> str:
+    """The line jgem-serve prints once its socket listens: the URL clients use, what it serves, and its auth."""
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    auth = "token required" if token else "no token"
+    return f"jgem-serve: listening on http://{netloc} ({', '.join(envs)}; {auth}); Ctrl-C stops it"
+
+
+def _announcing_server(config: Any, envs: tuple[str, ...], token: bool) -> Any:
+    """uvicorn's server, printing `listening_line` (with the bound port, also for --port 0) once it listens."""
+    import uvicorn
+
+    class AnnouncingServer(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.should_exit or not getattr(self, "servers", None):
+                return
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            print(listening_line(host, port, envs, token), file=sys.stderr, flush=True)
+
+    return AnnouncingServer(config)
 
 
 if __name__ == "__main__":
