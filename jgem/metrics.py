@@ -166,8 +166,14 @@ class WandbWriter:
             self._run = None
 
 
+def scalars_markup(scalars: Mapping[str, float], keys: Sequence[str] | None = None) -> str:
+    """`name=value` pairs (4 significant digits) as rich markup, in the order of `keys` (default: all, sorted)."""
+    return "  ".join(f"[bold]{k}[/bold]={scalars[k]:.4g}" for k in (keys or sorted(scalars)) if k in scalars)
+
+
 class ConsoleWriter:
-    """A compact rich table row per log call; `keys` limits the columns (default: all)."""
+    """A compact rich table row per log call; `keys` limits the columns (default: all). Rows never wrap (a log
+    file or pipe gets one line per row, however narrow rich thinks it is)."""
 
     def __init__(self, keys: Sequence[str] | None = None, console: Any = None) -> None:
         from rich.console import Console
@@ -176,9 +182,8 @@ class ConsoleWriter:
         self.console = console or Console(stderr=True)
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
-        items = [(k, scalars[k]) for k in (self.keys or sorted(scalars)) if k in scalars]
-        text = "  ".join(f"[bold]{k}[/bold]={v:.4g}" for k, v in items)
-        self.console.print(f"[cyan]step {step:>6}[/cyan]  {text}", highlight=False)
+        text = scalars_markup(scalars, self.keys)
+        self.console.print(f"[cyan]step {step:>6}[/cyan]  {text}", highlight=False, soft_wrap=True)
 
     def close(self) -> None:
         pass
@@ -253,33 +258,55 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def plot_curves(jsonl_path: str | Path, out_png: str | Path, keys: Sequence[str], *, title: str | None = None) -> Path:
-    """One subplot per key (value vs step) from a metrics JSONL file, saved as a PNG."""
+def is_rate(key: str) -> bool:
+    """A metric that is a fraction of episodes (its plot's y axis is [0, 1])."""
+    return key.endswith("success_rate")
+
+
+def curves_figure(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], *, title: str | None = None) -> Any:
+    """The matplotlib Figure of `plot_curves`: one panel per key (value vs step), success rates on [0, 1]."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_jsonl(jsonl_path)
     if not keys:
         raise ValueError("plot_curves needs at least one metric key")
     missing = [k for k in keys if not any(r.get(k) is not None for r in rows)]
     if missing:
         present = sorted({k for r in rows for k in r} - {"step", "time"})
-        raise KeyError(f"no values for {missing} in {jsonl_path}; available: {present}")
-    fig, axes = plt.subplots(len(keys), 1, figsize=(6, 2.4 * len(keys)), squeeze=False, sharex=True)
+        raise KeyError(f"no values for {missing}; available: {present}")
+    # constrained layout leaves room for the suptitle above the first panel (tight_layout let them overlap)
+    fig, axes = plt.subplots(
+        len(keys), 1, figsize=(6, 2.2 * len(keys) + 0.4), squeeze=False, sharex=True, layout="constrained"
+    )
     for ax, key in zip(axes[:, 0], keys):
         pts = sorted((r["step"], r[key]) for r in rows if r.get(key) is not None)
         xs, ys = zip(*pts)
-        ax.plot(xs, ys, marker="." if len(xs) < 50 else None)
+        # clip_on=False: a point at exactly 0 or 1 of a rate panel is drawn whole on the axis' edge
+        ax.plot(xs, ys, marker="." if len(xs) < 50 else None, clip_on=not is_rate(key))
+        if is_rate(key):
+            ax.set_ylim(0.0, 1.02)
         ax.set_ylabel(key)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("step")
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    return fig
+
+
+def plot_curves(jsonl_path: str | Path, out_png: str | Path, keys: Sequence[str], *, title: str | None = None) -> Path:
+    """One subplot per key (value vs step) from a metrics JSONL file, saved as a PNG (`curves_figure`)."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fig = curves_figure(read_jsonl(jsonl_path), keys, title=title)
+    except KeyError as e:
+        raise KeyError(f"{e.args[0]} (in {jsonl_path})") from None
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:
+        fig.savefig(out, dpi=100)
+    finally:
+        plt.close(fig)
     return out

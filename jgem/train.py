@@ -517,9 +517,12 @@ class Trainer:
                     config=cfg.to_dict(),
                 )
             )
+        progress = _Progress(enabled=cfg.console and primary)
         logger = MetricsLogger(
             self.run_dir,
-            console=cfg.console and primary,
+            # in a terminal, metric rows every ~5% of the steps beside the progress bar; elsewhere the progress
+            # lines (one per step) carry the metrics
+            console=progress.interactive,
             jsonl=primary,
             tensorboard=primary,
             console_keys=CONSOLE_KEYS,
@@ -527,58 +530,61 @@ class Trainer:
             writers=writers,
         )
         summary: dict[str, Any] = {}
-        progress = _Progress(cfg.steps, enabled=cfg.console and primary)
+        t_start = time.perf_counter()
+        progress.print(self._outputs_note(bool(writers)), markup=False)
         try:
             restored = ckpt.restore_latest(self.state) if cfg.resume else None
             if restored is not None:
                 self.state = restored.state
                 self.host = {k: restored.host[k] for k in HOST_KEYS}
-                progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}")
+                progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}", markup=False)
             # one log line per step; the warm start logs at steps 1 - W .. 0, the initial eval before it at -W
             warm = cfg.warm_start.steps
             logger.rewind(self.host["step"] if restored is not None else -warm - 1)
             if restored is None:
                 (self.run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2, default=str))
                 if cfg.eval_every:
-                    summary["initial_eval"] = self.evaluate(0)
+                    summary["initial_eval"] = self._evaluate(0, "random init", progress)
                     logger.log(-warm if not self.host["warm_start_done"] else 0, summary["initial_eval"])
             if not self.host["warm_start_done"]:
-                self.warm_start(logger.log)
+                progress.start("warm start", warm)
+
+                def warm_log(step: int, metrics: dict[str, float]) -> None:
+                    logger.log(step, metrics)
+                    progress.advance(metrics)
+
+                self.warm_start(warm_log)
+                progress.stop()
                 if cfg.eval_every:
-                    summary["warm_start_eval"] = self.evaluate(0)
+                    summary["warm_start_eval"] = self._evaluate(0, "after the warm start", progress)
                     logger.log(0, summary["warm_start_eval"])
                 ckpt.save(0, self.state, self.host, metrics=summary.get("warm_start_eval"))
             last_eval = summary.get("warm_start_eval", summary.get("initial_eval", {}))
-            progress.start(self.host["step"])
+            progress.start("train", cfg.steps, self.host["step"])
             for step in range(self.host["step"], cfg.steps):
                 metrics = self.train_step(step)
                 self.host["step"] = step + 1
+                progress.advance(metrics)
                 evaluated = bool(cfg.eval_every) and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps)
                 if evaluated:
-                    last_eval = self.evaluate(step + 1)
+                    last_eval = self._evaluate(step + 1, f"after step {step + 1}", progress)
                     metrics |= last_eval
                 logger.log(step + 1, metrics)
-                progress.advance(metrics)
                 if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
                     ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
+            progress.stop()
             ckpt.wait()
+            last_checkpoint = ckpt.latest_step()
             summary["final_eval"] = last_eval
             summary["params_sha256"] = params_digest(self.state.params)
             summary["steps"] = cfg.steps
             logger.close()
             if cfg.plot and primary and cfg.steps:
-                keys = ["rollout/success_rate", "rollout/turns", "rollout/return"]
-                if cfg.eval_every:
-                    keys += ["eval/success_rate", "eval/turns"]
-                if cfg.curriculum.horizons:
-                    keys += ["rollout/max_turns"]
-                if warm:  # the warm start's steps are 1 - W .. 0, left of RL's
-                    keys += ["warm/loss", "warm/teacher/success_rate"]
                 summary["plot"] = str(
                     plot_curves(
                         logger.jsonl_path,
                         self.run_dir / "curves.png",
-                        keys,
+                        curve_keys(cfg),
                         title=f"{cfg.algorithm} on {cfg.env.env_id}",
                     )
                 )
@@ -589,7 +595,50 @@ class Trainer:
             self.pool.close()
         if primary:
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        progress.print(self._end_note(summary, last_checkpoint, time.perf_counter() - t_start), markup=False)
         return summary
+
+    def _evaluate(self, step: int, what: str, progress: _Progress) -> dict[str, float]:
+        """`evaluate(step)`, saying so before (it may take minutes) and what it measured after."""
+        progress.evaluating(self.cfg.eval_episodes * jax.process_count(), what)
+        metrics = self.evaluate(step)
+        progress.evaluated(metrics, what)
+        return metrics
+
+    def _outputs_note(self, wandb: bool) -> str:
+        """Where the run writes (printed at its start)."""
+        d = self.run_dir
+        lines = [
+            f"run dir {d}/ (config.json)",
+            f"  metrics      {d / 'metrics.jsonl'}",
+            f"  tensorboard  {d / 'tb'}/",
+            f"  checkpoints  {d / 'checkpoints'}/",
+        ]
+        if wandb:
+            lines.append(f"  wandb        {d / 'wandb'}/ ({self.cfg.log.wandb_mode})")
+        return "\n".join(lines)
+
+    def _end_note(self, summary: dict[str, Any], last_checkpoint: int | None, seconds: float) -> str:
+        """Where the run's results are (printed at its end)."""
+        d = self.run_dir
+        lines = [f"done: {self.cfg.steps} steps in {seconds / 60:.1f} min", f"  summary          {d / 'summary.json'}"]
+        if "plot" in summary:
+            lines.append(f"  learning curves  {summary['plot']}")
+        if last_checkpoint is not None:
+            lines.append(f"  last checkpoint  {d / 'checkpoints' / str(last_checkpoint)}/ (step {last_checkpoint})")
+        return "\n".join(lines)
+
+
+def curve_keys(cfg: TrainConfig) -> list[str]:
+    """The metrics `curves.png` plots for a run of `cfg`."""
+    keys = ["rollout/success_rate", "rollout/turns", "rollout/return"]
+    if cfg.eval_every:
+        keys += ["eval/success_rate", "eval/turns"]
+    if cfg.curriculum.horizons:
+        keys += ["rollout/max_turns"]
+    if cfg.warm_start.steps:  # the warm start's steps are 1 - W .. 0, left of RL's. Its teacher's success rate is
+        keys += ["warm/loss"]  # left out: the scripted solver wins (nearly) every game, a flat line
+    return keys
 
 
 CONSOLE_KEYS = (
@@ -609,41 +658,99 @@ CONSOLE_KEYS = (
 )
 
 
+def _console() -> Any:
+    """The rich Console a run reports on: stderr (a function, so tests can swap it)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+# The metrics of a plain progress line (`_Progress` off a terminal): CONSOLE_KEYS without the timings (the line
+# ends with the step's wall time) and the evals (each has a line of its own)
+LINE_KEYS = tuple(k for k in CONSOLE_KEYS if not k.startswith(("time/", "eval/")))
+EVAL_KEYS = ("eval/success_rate", "eval/turns", "eval/return")
+BAR_INFO = (  # (label, metric) shown beside a progress bar, where the phase has it
+    ("return", "rollout/return"),
+    ("success", "rollout/success_rate"),
+    ("loss", "warm/loss"),
+    ("teacher success", "warm/teacher/success_rate"),
+)
+
+
 class _Progress:
-    """A rich progress bar with step, ETA and the latest reward (console only)."""
+    """What a run shows while it runs (on stderr; only process 0, with `console` on, has one enabled).
 
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.enabled, self._bar, self._task = total, enabled, None, None
+    In a terminal: a rich progress bar per phase (warm start, RL) with the ETA and the latest reward; the metric
+    rows every ~5% of the steps come from MetricsLogger. Elsewhere (a pipe, a file, `| tee`), where a bar would only
+    show once it has finished: a plain line for every step, warm-start steps included, with step/total, the key
+    metrics and the seconds the step took, so the output is never silent for longer than one step. Both say when
+    an evaluation starts and what it measured, and `print` notes (where the run writes, resumes, ends)."""
 
-    def start(self, done: int) -> None:
-        if not self.enabled or done >= self.total:
+    def __init__(self, enabled: bool, console: Any = None) -> None:
+        self.enabled = enabled
+        self.console = (console if console is not None else _console()) if enabled else None
+        self.interactive = bool(enabled and self.console.is_terminal)
+        self._bar: Any = None
+        self._task: Any = None
+        self._phase, self._total, self._done = "", 0, 0
+        self._t = self._t_eval = time.perf_counter()
+
+    def print(self, text: str, *, markup: bool = True) -> None:
+        """Lines of rich markup (`markup=False`: plain text, e.g. paths); they never wrap (a log file gets one line
+        however narrow rich thinks it is)."""
+        if self.enabled:
+            self.console.print(text, highlight=False, soft_wrap=True, markup=markup)
+
+    note = print
+
+    def start(self, phase: str, total: int, done: int = 0) -> None:
+        """A phase of `total` steps (e.g. "warm start", "train"), `done` of them behind us (a resume)."""
+        self.stop()
+        self._phase, self._total, self._done, self._t = phase, total, done, time.perf_counter()
+        if not self.interactive or done >= total:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self._bar = Progress(
-            TextColumn("[bold]train"),
+            TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeRemainingColumn(),
             TextColumn("{task.fields[info]}"),
+            console=self.console,
             transient=False,
         )
-        self._task = self._bar.add_task("train", total=self.total, completed=done, info="")
+        self._task = self._bar.add_task(phase, total=total, completed=done, info="")
         self._bar.start()
 
     def advance(self, metrics: dict[str, float]) -> None:
+        """One step of the phase done, with its metrics."""
+        now = time.perf_counter()
+        seconds, self._t = now - self._t, now
+        self._done += 1
         if self._bar is not None:
-            info = (
-                f"return {metrics.get('rollout/return', float('nan')):.3f}  "
-                f"success {metrics.get('rollout/success_rate', float('nan')):.2f}"
-            )
+            info = "  ".join(f"{label} {metrics[k]:.3g}" for label, k in BAR_INFO if k in metrics)
             self._bar.update(self._task, advance=1, info=info)
+        elif self.enabled and not self.interactive:
+            from jgem.metrics import scalars_markup
 
-    def note(self, text: str) -> None:
-        if self.enabled:
-            from rich.console import Console
+            width = len(str(self._total))
+            self.print(
+                f"[cyan]{self._phase} {self._done:>{width}}/{self._total}[/cyan]  "
+                f"{scalars_markup(metrics, LINE_KEYS)}  {seconds:.1f}s"
+            )
 
-            Console(stderr=True).print(text)
+    def evaluating(self, episodes: int, what: str) -> None:
+        """An evaluation of `episodes` episodes starts (`what`: when, e.g. "random init")."""
+        self._t_eval = time.perf_counter()
+        self.print(f"evaluating {episodes} episodes ({what})...")
+
+    def evaluated(self, metrics: dict[str, float], what: str) -> None:
+        from jgem.metrics import scalars_markup
+
+        seconds = time.perf_counter() - self._t_eval
+        self.print(f"[cyan]eval ({what})[/cyan]  {scalars_markup(metrics, EVAL_KEYS)}  {seconds:.1f}s")
+        self._t = time.perf_counter()  # the next step's seconds are its own, not the evaluation's
 
     def stop(self) -> None:
         if self._bar is not None:

@@ -87,3 +87,46 @@ def test_plot_curves(tmp_path):
     with pytest.raises(KeyError, match="available: \\['eval/success', 'return'\\]"):
         plot_curves(tmp_path / "metrics.jsonl", tmp_path / "x.png", ["nope"])
     assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])["step"] == 0
+
+
+def test_curves_title_clears_the_first_panel_and_rates_stay_in_0_1(tmp_path):
+    """Issue 31: the suptitle overlapped the first panel, and success-rate axes dipped below 0."""
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from jgem.metrics import curves_figure
+
+    rows = [{"step": s, "rollout/success_rate": s % 2 * 1.0, "eval/success_rate": 0.0, "loss": -s} for s in range(5)]
+    for r in rows:
+        r |= {f"other/{i}": 0.875 + r["step"] / 1000 for i in range(4)}
+    keys = ["rollout/success_rate", "loss", "eval/success_rate"] + [f"other/{i}" for i in range(4)]
+    fig = curves_figure(rows, keys, title="rebn on game:X")  # 7 panels, as the demo's curves.png had
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        top_axes = fig.axes[0]
+        (title,) = [t for t in fig.get_children() if isinstance(t, Text) and t.get_text() == "rebn on game:X"]
+        title = title.get_window_extent(renderer)
+        assert title.y0 >= top_axes.get_tightbbox(renderer).y1  # the title sits above the panel and its labels
+        for ax in fig.axes:
+            lo, hi = ax.get_ylim()
+            if ax.get_ylabel().endswith("success_rate"):
+                assert lo == 0.0 and 1.0 < hi <= 1.05
+            elif ax.get_ylabel() == "loss":
+                assert lo < -4  # other panels keep their own range
+    finally:
+        plt.close(fig)
+    # plot_curves draws the same figure (and names the file when a key has no values)
+    with MetricsLogger(tmp_path, console=False, tensorboard=False) as log:
+        for r in rows:
+            log.log(r["step"], {k: v for k, v in r.items() if k != "step"})
+    assert plot_curves(tmp_path / "metrics.jsonl", tmp_path / "c.png", ["eval/success_rate"]).stat().st_size > 0
+    with pytest.raises(KeyError, match="metrics.jsonl"):
+        plot_curves(tmp_path / "metrics.jsonl", tmp_path / "x.png", ["nope"])
+
+
+def test_console_row_does_not_wrap():
+    buf = io.StringIO()
+    w = ConsoleWriter(console=Console(file=buf, width=40, color_system=None))
+    w.write(1, {f"metric/number_{i}": float(i) for i in range(8)})
+    assert buf.getvalue().count("\n") == 1  # a log file gets one line per row, however narrow the console
