@@ -1,6 +1,7 @@
 """Play every game id with its scripted solver and with a random agent, through an EnvPool.
 
     python -m experiments.play_games [--seeds 5] [--backend thread] [--only Sudoku]
+    python -m experiments.play_games --watch --only Minesweeper-v0-easy    # one game, turn by turn
 
 The agents run inside the pool's envs (an `AgentHint` wrapper puts the next action in
 `info["hint"]`), so the driver below is the same loop a trainer's collector runs: recv a partial
@@ -97,13 +98,49 @@ def evaluate(env_id: str, agent: Agent, seeds: list[int], backend: str, num_envs
     )
 
 
+def watch(env_id: str, agent: Agent, seed: int, console: Console) -> None:
+    """Play one episode of `env_id` with `agent` and print it turn by turn: observation, action, reward."""
+    from jgem.registry import make
+
+    env = AgentHint(EpisodeStatistics(make(env_id)), agent, env_id)
+    try:
+        obs, info = env.reset(seed=seed)
+        console.rule(f"{env_id}, seed {seed}, {agent} agent")
+        console.print(obs, markup=False, highlight=False)
+        done, turn = False, 0
+        while not done:
+            turn += 1
+            action = info["hint"]
+            obs, reward, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+            console.print(f"[bold cyan]turn {turn}: {action}[/]  reward {reward:+.2f}", highlight=False)
+            console.print(obs, markup=False, highlight=False)
+        ep = info.get("episode", {})
+        console.print(
+            f"[bold]{'won' if ep.get('success') else 'lost'} in {turn} turns, return {ep.get('return', 0):+.2f}"
+        )
+    finally:
+        env.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=5, help="episodes per id and agent (seeds 0..N-1)")
     ap.add_argument("--backend", default="thread", choices=["inline", "thread", "process"])
     ap.add_argument("--num-envs", type=int, default=4, help="envs in flight per id")
     ap.add_argument("--only", default="", help="only ids containing this text")
+    ap.add_argument(
+        "--watch", action="store_true", help="print one game per id turn by turn instead of the table (with --only)"
+    )
+    ap.add_argument("--agent", default="solver", choices=["solver", "random"], help="who plays with --watch")
     args = ap.parse_args()
+    if args.watch:
+        ids = [i for i in GAME_IDS if args.only in i]
+        if not args.only or not ids:
+            ap.error(f"--watch needs --only matching game ids (e.g. --only GuessTheNumber-v0-easy); got {args.only!r}")
+        for env_id in ids:
+            watch(env_id, args.agent, 0, Console())
+        return
 
     console = Console()
     if console.width < 130:  # pipes and CI logs default to 80 columns, too narrow for the ids

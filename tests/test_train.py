@@ -229,12 +229,14 @@ def test_a_moved_run_dir_resumes(tmp_path):
 @pytest.mark.multiprocess
 def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
     """2 processes x 2 devices, each with 4 envs and 4 episodes a step, sampling in lockstep on the sharded params,
-    against 1 process x 4 devices with 8 envs and 8 episodes: the same episodes (ids and seeds are global), the
-    same global batch, the same params after 2 steps (up to the order of float sums)."""
+    against 1 process x 4 devices with 8 envs and 8 episodes: the same episodes (ids and seeds are global, the
+    warm start's teacher games too), the same global batch, the same params after a warm-start step and 2 RL steps
+    (up to the order of float sums)."""
+    warm = {"warm_start": {"steps": 1, "episodes_per_step": 2}}  # 2 teacher games a process, 4 in one process
     port = free_port()
     procs = [
         _run(
-            {"run_dir": str(tmp_path / "run"), "steps": 2, "param_probe": 1},
+            {**warm, "run_dir": str(tmp_path / "run"), "steps": 2, "param_probe": 1},
             env={
                 "JGEM_COORDINATOR": f"127.0.0.1:{port}",
                 "JGEM_NUM_PROCESSES": "2",
@@ -254,6 +256,7 @@ def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
     rows = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "train/loss" in r]
     assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["train/loss"]) for r in rows)
     one = {"run_dir": str(tmp_path / "one"), "steps": 2, "episodes_per_step": 8, "env": {"num_envs": 8}}
+    one["warm_start"] = {"steps": 1, "episodes_per_step": 4}
     ref = _summary(_run({**one, "param_probe": 1}, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}))
     ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
     for a, b in zip(rows, ref_rows):  # rollout figures are the global batch's, computed on process 0's episodes
