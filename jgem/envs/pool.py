@@ -85,7 +85,7 @@ class EnvFactory:
     env_kwargs: dict = field(default_factory=dict)
     wrappers: tuple[Callable[[Env], Env], ...] = ()
     remote_url: str | None = None
-    remote_token: str | None = None
+    remote_token: str | None = field(default=None, repr=False)  # never in a repr (tracebacks, logs)
     remote_timeout: float = 30.0
     remote_fallbacks: tuple[str, ...] = ()  # other servers to move to when this one is gone
     imports: tuple[str, ...] = ()  # modules that register `env`'s id, imported first (process workers need it)

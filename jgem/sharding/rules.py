@@ -108,9 +108,10 @@ def put_global(x, sharding: jax.sharding.Sharding):
     On a sharding that spans processes, `jax.device_put` of a `jax.Array` (jax 0.10) returns an array whose
     per-device buffers are themselves global arrays: it computes, but `addressable_shards` raises, so orbax
     cannot save it (issue 31: the first checkpoint after a warm start's fresh optimizer state crashed). There
-    the array is built from its addressable shards instead: each a slice of `x` copied device to device."""
-    if sharding.is_fully_addressable:
-        return jax.device_put(x, sharding, may_alias=False)
+    the array is built from its addressable shards instead: each a slice of `x` copied device to device. An `x`
+    that spans processes already (a checkpoint loaded onto the mesh) is resharded as usual."""
+    if sharding.is_fully_addressable or (isinstance(x, jax.Array) and not x.is_fully_addressable):
+        return jax.device_put(x, sharding, may_alias=False)  # a global array already (e.g. load_pretrained's)
     if not isinstance(x, jax.Array):
         x = np.asarray(x)
         return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
