@@ -74,12 +74,14 @@ def nested_value_error(text: str) -> str | None:
     )
     if m is None:
         return None
+    if m.group(1).startswith("-"):  # a flag's own bad value (`--steps abc`): tyro's message and help say it best
+        return None
     path, message = m.group(1).replace("-", "_"), m.group(2)
     cls: Any = TrainConfig
     for part in path.split("."):
         hint = typing.get_type_hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
         if hint is None or not dataclasses.is_dataclass(hint):
-            return f"{cli_flag(path)}.*: {message}"
+            return None  # not a nested config's own check: leave tyro's message as it is
         cls = hint
     for f in dataclasses.fields(cls):
         flag = cli_flag(f"{path}.{f.name}")
@@ -187,14 +189,14 @@ def mismatch_message(e: Any, cfg: Any) -> str:
     unknown = [k for k, _, _ in e.fields if _field_of(k) is None]
     rows += [f"  {k}: checkpoint {a!r}, now {b!r}" for k, a, b in e.fields if k in unknown and a is not MISSING]
     where = f"step {e.step} in " if e.step is not None else ""
-    new_dir = next(f"{cfg.run_dir}-{i}" for i in range(2, 10_000) if not Path(f"{cfg.run_dir}-{i}").exists())
-    lines = [
-        f"cannot resume: the checkpoint ({where}{e.directory}) was trained with a different config:",
-        *rows,
-        "to resume the run as it was, run the same command with",
-        f"  {' '.join(resume)}",
-        f"or keep the new settings and start a new run in another directory, e.g. --run-dir {shlex.quote(new_dir)}",
-    ]
+    run_dir = Path(cfg.run_dir)  # a sibling, never inside it (`runs/tiny/` -> `runs/tiny-2`)
+    new_dir = next(d for i in range(2, 10_000) if not (d := run_dir.with_name(f"{run_dir.name}-{i}")).exists())
+    lines = [f"cannot resume: the checkpoint ({where}{e.directory}) was trained with a different config:", *rows]
+    new = f"start a new run in another directory, e.g. --run-dir {shlex.quote(str(new_dir))}"
+    if resume:
+        lines += ["to resume the run as it was, run the same command with", f"  {' '.join(resume)}", "or " + new]
+    else:
+        lines.append(new)
     return "\n".join(lines)
 
 

@@ -54,7 +54,7 @@ class EnvConfig:
     env_kwargs: JsonKwargs = field(default_factory=dict)
     """the env's constructor arguments as one JSON object, e.g. '{"path": "gsm8k.parquet"}'"""
     num_envs: int = 16
-    """envs in the pool: the most episodes played at once"""
+    """envs in the pool (per process): the most episodes played at once"""
     backend: str = "inline"
     """how the pool runs the envs: inline (deterministic), thread, process, remote (env servers at
     --env.remote-urls)"""
@@ -148,7 +148,7 @@ class WarmStartConfig:
     steps: int = 0
     """supervised steps imitating the env's scripted solver before RL (games with a solver only); 0: none"""
     episodes_per_step: int = 32
-    """teacher episodes per warm-start step"""
+    """teacher episodes per warm-start step (per process)"""
     lr: float = 1e-3
     """learning rate of the warm start"""
     epsilon: float = 0.0
@@ -195,7 +195,7 @@ class TrainConfig:
     lam: float = 0.95
     """GAE lambda (ppo)"""
     episodes_per_step: int = 32
-    """episodes played per RL step"""
+    """episodes played per RL step (per process: the global batch is this x processes)"""
     group_size: int = 1
     """episodes per start state; > 1 for grpo, drgrpo, rloo"""
     critic_from_policy: bool = True
@@ -215,7 +215,7 @@ class TrainConfig:
     eval_every: int = 10
     """evaluate every N RL steps (and before training, after the warm start and at the end); 0: never"""
     eval_episodes: int = 64
-    """held-out episodes per evaluation (their seeds never overlap training seeds)"""
+    """held-out episodes per evaluation, per process (their seeds never overlap training seeds)"""
     eval_greedy: bool = False
     """evaluate with greedy decoding instead of sampling"""
     eval_max_turns: int | None = None

@@ -99,7 +99,7 @@ def import_wandb() -> Any:
         import wandb
     except ImportError as e:
         raise ImportError(
-            f"W&B logging (--log.wandb) needs the wandb package: pip install 'jgem[wandb]' ({e})"
+            f"W&B logging (--log.wandb) needs the wandb package: .venv/bin/pip install -e '.[wandb]' ({e})"
         ) from None
     return wandb
 

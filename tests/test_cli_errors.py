@@ -3,6 +3,7 @@ written as the flags that set them, and for a refused resume the flags that resu
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import numpy as np
@@ -33,6 +34,15 @@ def test_config_errors_are_one_message_with_flag_names(capsys, tmp_path) -> None
     assert "set --group-size >= 2" in err
     assert "group_size" not in err and "learner.lr" not in err.replace("--learner.lr", "")
     assert not (tmp_path / "r").exists()  # refused before anything is built
+
+
+def test_a_bad_flag_value_keeps_tyros_own_message(capsys) -> None:
+    """The nested-config rewrite once turned `--steps abc` into `----steps.*: invalid literal ...`."""
+    with pytest.raises(SystemExit) as e:
+        train_cli.main(["tiny", "--steps", "abc"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "----steps" not in err
+    assert "Error parsing --steps" in err and "abc" in err
 
 
 def test_a_misspelled_env_id_gets_only_its_did_you_mean(capsys, tmp_path) -> None:
@@ -92,6 +102,8 @@ def test_a_refused_resume_says_which_flags_resume_it(tmp_path) -> None:
     assert "--learner.lr: checkpoint 0.0002, now 0.001" in message
     assert "--rollout.greedy: checkpoint False, now True" in message
     assert f"--run-dir {tmp_path / 'run'}-2" in message
+    slashed = dataclasses.replace(now, run_dir=str(tmp_path / "run") + "/")  # a sibling, never inside the run
+    assert f"--run-dir {tmp_path / 'run'}-2" in train_cli.mismatch_message(err, slashed)
     assert "ignore_fields" not in message and "model.preset:" not in message.replace("--model.preset:", "")
     lines = message.splitlines()
     resume = shlex.split(lines[lines.index("to resume the run as it was, run the same command with") + 1])

@@ -311,7 +311,7 @@ def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tm
     deadline = time.time() + 900
     try:
         while not (ckpts.is_dir() and any(c.name.isdigit() and int(c.name) >= target for c in ckpts.iterdir())):
-            assert all(p.poll() is None for p in procs), "a process ended before checkpoint " + str(target)
+            assert all(p.poll() is None for p in procs), f"a process ended before checkpoint {target}"
             assert time.time() < deadline, f"no checkpoint {target} in time"
             time.sleep(0.02)
     finally:
@@ -322,7 +322,9 @@ def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tm
     assert all(p.returncode == -signal.SIGKILL for p in procs), logs[0][-3000:]
     assert killed_at < args["steps"] and not (run_b / "summary.json").exists(), "the run ended before the kill"
     resumed = _summaries(_two_processes({**args, "run_dir": str(run_b)}, cache))
-    assert resumed[0]["params_sha256"] == straight[0]["params_sha256"], f"killed after checkpoint {killed_at}"
+    assert resumed[0]["params_sha256"] == straight[0]["params_sha256"], (
+        f"killed after checkpoint {killed_at} ({target=})"
+    )
     rows = [r for r in read_jsonl(run_b / "metrics.jsonl") if "train/loss" in r]
     assert [r["step"] for r in rows] == [1, 2]
 

@@ -165,5 +165,5 @@ def test_cli_switches_and_clear_errors(monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # as if the extra were not installed
     assert log_errors(LogConfig()) == []
     assert "pip install -e '.[wandb]'" in log_errors(LogConfig(wandb=True))[0]
-    with pytest.raises(ImportError, match=r"pip install 'jgem\[wandb\]'"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[wandb\]'"):
         import_wandb()

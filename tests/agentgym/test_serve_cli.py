@@ -44,6 +44,7 @@ def test_jgem_serve_prints_the_url_it_listens_on() -> None:
 
 
 def test_a_run_reaches_the_server_with_the_token_from_a_file(start_server, tmp_path) -> None:
+    from jgem.metrics import read_jsonl
     from jgem.train import Trainer
     from tests.agentgym.conftest import TOKEN
     from tests.train_utils import small_config
@@ -54,9 +55,11 @@ def test_a_run_reaches_the_server_with_the_token_from_a_file(start_server, tmp_p
     run = tmp_path / "run"
     cfg = small_config(str(run), steps=1, env={"backend": "remote", "remote_urls": (server.url,)})
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, remote_token_file=str(token_file)))
-    trainer = Trainer(cfg)
-    try:
-        eps = trainer.collect(0)
-    finally:
-        trainer.pool.close()
-    assert eps and all(e.fault is None for e in eps), [e.fault for e in eps]  # a wrong token would fault them
+    summary = Trainer(cfg).run()  # one step, checkpointed: everything a run writes
+    assert summary["steps"] == 1
+    rows = [r for r in read_jsonl(run / "metrics.jsonl") if "rollout/faults" in r]
+    assert rows and rows[0]["rollout/faults"] == 0  # a wrong token would fault every episode
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert any(p.name == "config.json" for p in files) and any("checkpoints" in p.parts for p in files)
+    leaked = [p for p in files if TOKEN.encode() in p.read_bytes()]
+    assert not leaked, f"the token reached {leaked}"
