@@ -63,11 +63,26 @@ def _unboxed(text: str) -> str:
     return " ".join(" ".join(lines).split())
 
 
+def _types_along(path: str) -> list[Any]:
+    """The declared types along a TrainConfig field path (`"rollout.max_new_tokens"` -> [RolloutConfig, int]), cut
+    after the first part that names no field (its entry None) or that leads out of the dataclasses."""
+    from jgem.config import TrainConfig
+
+    cls: Any = TrainConfig
+    out: list[Any] = []
+    for part in path.split("."):
+        cls = typing.get_type_hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
+        out.append(cls)
+        if cls is None or not dataclasses.is_dataclass(cls):
+            break
+    return out
+
+
 def nested_value_error(text: str) -> str | None:
     """tyro's message for a ValueError a nested config raised while it was built (`Error parsing
     __tyro-dummy-inner__.rollout: need 1 <= max_new_tokens ...`), with its fields written as flags; None for any
     other text."""
-    from jgem.config import TrainConfig, cli_flag
+    from jgem.config import cli_flag
 
     m = re.search(
         r"Error parsing (?:__tyro-dummy-inner__\.)?([\w.-]+): (.*?)\s*(?:─|For full helptext|$)", _unboxed(text)
@@ -77,12 +92,9 @@ def nested_value_error(text: str) -> str | None:
     if m.group(1).startswith("-"):  # a flag's own bad value (`--steps abc`): tyro's message and help say it best
         return None
     path, message = m.group(1).replace("-", "_"), m.group(2)
-    cls: Any = TrainConfig
-    for part in path.split("."):
-        hint = typing.get_type_hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
-        if hint is None or not dataclasses.is_dataclass(hint):
-            return None  # not a nested config's own check: leave tyro's message as it is
-        cls = hint
+    types = _types_along(path)
+    if len(types) < path.count(".") + 1 or not dataclasses.is_dataclass(cls := types[-1]):
+        return None  # not a nested config's own check: leave tyro's message as it is
     for f in dataclasses.fields(cls):
         flag = cli_flag(f"{path}.{f.name}")
         message = re.sub(rf"\b{cls.__name__}\.{f.name}\b", flag, message)
@@ -115,13 +127,10 @@ def parse(args: Sequence[str]) -> Any:
 
 def cli_value(path: str, value: Any) -> list[str]:
     """The command-line arguments that set the TrainConfig field `path` to `value` (as a checkpoint stores it)."""
-    from jgem.config import TrainConfig, cli_flag
+    from jgem.config import cli_flag
 
-    cls: Any = TrainConfig
     *groups, name = path.split(".")
-    for part in groups:
-        cls = typing.get_type_hints(cls)[part]
-    if typing.get_type_hints(cls).get(name) is bool and isinstance(value, bool):
+    if _types_along(path)[-1] is bool and isinstance(value, bool):
         return [cli_flag(path) if value else cli_flag(".".join([*groups, "no_" + name]))]
     if isinstance(value, dict):
         return [cli_flag(path), shlex.quote(json.dumps(value))]
@@ -132,18 +141,10 @@ def cli_value(path: str, value: Any) -> list[str]:
 
 def _field_of(key: str) -> str | None:
     """The TrainConfig field path a flattened checkpoint key belongs to (`env.env_kwargs.path` -> `env.env_kwargs`)."""
-    from jgem.config import TrainConfig
-
-    cls: Any = TrainConfig
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        hint = typing.get_type_hints(cls).get(part) if dataclasses.is_dataclass(cls) else None
-        if hint is None:
-            return None
-        if not dataclasses.is_dataclass(hint):
-            return ".".join(parts[: i + 1])
-        cls = hint
-    return None
+    types = _types_along(key)
+    if types[-1] is None or dataclasses.is_dataclass(types[-1]):
+        return None
+    return ".".join(key.split(".")[: len(types)])
 
 
 def _saved_value(path: str, saved: dict[str, Any], defaults: dict[str, Any]) -> Any:
