@@ -12,13 +12,11 @@ from typing import Annotated, Any
 
 from tyro.constructors import PrimitiveConstructorSpec
 
+from jgem.algos.algorithms import ALGORITHMS
 from jgem.algos.learner import LearnerConfig
 from jgem.models.config import LoraConfig
 from jgem.rollout.engine import RolloutConfig
 from jgem.sharding.mesh import MeshConfig
-
-ALGORITHMS = ("rebn", "reinforce", "grpo", "drgrpo", "rloo", "reinforce_pp", "ppo")
-GROUPED = ("grpo", "drgrpo", "rloo")
 
 
 def _json_object(args: list[str]) -> dict[str, Any]:
@@ -188,8 +186,8 @@ class TrainConfig:
     steps: int = 100
     """RL steps after the warm start; each plays --episodes-per-step episodes and updates the policy"""
     algorithm: str = "rebn"
-    """advantage estimator and loss: rebn, reinforce, grpo, drgrpo, rloo, reinforce_pp, ppo
-    (docs/algorithms.md)"""
+    """a registered algorithm (advantage estimator, policy loss, KL, critic): rebn, reinforce, grpo, drgrpo, rloo,
+    reinforce_pp, ppo, gspo, cispo, or one a module passed with --import registers (docs/algorithms.md)"""
     gamma: float = 1.0
     """discount factor over turns, in [0, 1]"""
     lam: float = 0.95
@@ -379,6 +377,25 @@ def log_errors(log: LogConfig, name: Any = _plain) -> list[str]:
     return errors
 
 
+def _algorithm_errors(algorithm) -> list[str]:
+    """What a registered algorithm names but nobody registered (a user's record with a typo)."""
+    from jgem.algos.advantages import ADVANTAGES
+    from jgem.algos.losses import POLICY_LOSSES
+
+    errors = []
+    if algorithm.advantage not in ADVANTAGES:
+        errors.append(
+            f"algorithm {algorithm.name!r} uses the advantage estimator {algorithm.advantage!r}, which is not "
+            f"registered; registered: {', '.join(sorted(ADVANTAGES))}"
+        )
+    if algorithm.policy_loss is not None and algorithm.policy_loss not in POLICY_LOSSES:
+        errors.append(
+            f"algorithm {algorithm.name!r} uses the policy loss {algorithm.policy_loss!r}, which is not registered; "
+            f"registered: {', '.join(POLICY_LOSSES.names())}"
+        )
+    return errors
+
+
 def validate(cfg: TrainConfig, num_devices: int) -> None:
     """Fail fast, before anything compiles, on a config that cannot run: a `ConfigError` (a ValueError) whose
     messages say what to change."""
@@ -390,8 +407,11 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     except ImportError as e:
         raise ConfigError([f"{f('env.imports')}: {e}"]) from e
     errors = []
-    if cfg.algorithm not in ALGORITHMS:
-        errors.append(f"{f('algorithm')} {cfg.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS)}")
+    algorithm = ALGORITHMS.get(cfg.algorithm) if cfg.algorithm in ALGORITHMS else None
+    if algorithm is None:
+        errors.append(f"{f('algorithm')} {cfg.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS.names())}")
+    else:
+        errors += _algorithm_errors(algorithm)
     known_env = True
     if cfg.env.backend != "remote":
         try:
@@ -433,7 +453,7 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
             f"{f('episodes_per_step')} {cfg.episodes_per_step} is not divisible by {f('group_size')} "
             f"{cfg.group_size}; use a multiple of {f('group_size')}"
         )
-    if cfg.algorithm in GROUPED and cfg.group_size < 2:
+    if algorithm is not None and algorithm.grouped and cfg.group_size < 2:
         errors.append(f"{cfg.algorithm} normalises within groups of rollouts; set {f('group_size')} >= 2 (e.g. 8)")
     if cfg.learner.temperature != cfg.rollout.temperature:
         errors.append(

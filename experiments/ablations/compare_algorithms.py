@@ -24,7 +24,7 @@ from experiments.ablations.common import (
     split_argv,
     summarize,
 )
-from jgem.config import ALGORITHMS, GROUPED
+from jgem.algos.algorithms import ALGORITHMS
 
 
 def build_runs(
@@ -39,7 +39,7 @@ def build_runs(
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown:
         raise SystemExit(f"unknown algorithm(s) {unknown}; choose from {' '.join(ALGORITHMS)}")
-    grouped = [a for a in algorithms if a in GROUPED]
+    grouped = [a for a in algorithms if ALGORITHMS.get(a).grouped]
     if grouped and group_size < 2:
         raise SystemExit(f"{' '.join(grouped)} normalise within groups of rollouts; use --group-size 2 or more")
     own = (*overrides, "--group-size", str(group_size))

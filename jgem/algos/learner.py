@@ -19,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding
 
 from jgem.algos import losses
 from jgem.algos.critic import critic_values
+from jgem.algos.registry import Registry
 from jgem.algos.types import TrainBatch
 from jgem.models.lora import trainable
 from jgem.models.sampler import token_logprobs
@@ -33,15 +34,30 @@ from jgem.sharding.rules import (
     tree_shardings,
 )
 
-POLICY_LOSSES = ("ppo", "reinforce")
-SCHEDULES = ("constant", "cosine", "linear")
+# learning-rate schedules by name: fn(cfg, lr) -> the schedule after the warmup (`make_schedule` adds that)
+SCHEDULES: Registry = Registry("schedule")
+
+
+@SCHEDULES.register("constant")
+def _constant(cfg: LearnerConfig, lr: float) -> optax.Schedule:
+    return optax.constant_schedule(lr)
+
+
+@SCHEDULES.register("linear")
+def _linear(cfg: LearnerConfig, lr: float) -> optax.Schedule:
+    return optax.linear_schedule(lr, lr * cfg.min_lr_ratio, cfg.decay_steps)
+
+
+@SCHEDULES.register("cosine")
+def _cosine(cfg: LearnerConfig, lr: float) -> optax.Schedule:
+    return optax.cosine_decay_schedule(lr, cfg.decay_steps, alpha=cfg.min_lr_ratio)
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:
     """Optimisation and loss options; hashable, so it rides in TrainState as static data."""
 
-    policy_loss: str = "ppo"  # ppo: clipped importance ratio; reinforce: -A log pi
+    policy_loss: str = "ppo"  # a registered policy loss (losses.POLICY_LOSSES): ppo, reinforce, gspo, cispo
     temperature: float = 1.0  # the sampling temperature; log-probs are of logits / temperature, as sampled
     lr: float = 1e-6
     schedule: str = "constant"  # constant | cosine | linear (decay after warmup to lr * min_lr_ratio)
@@ -79,16 +95,16 @@ class LearnerConfig:
     tis_cap: float | None = None
 
     def __post_init__(self):
+        named = (
+            ("policy_loss", losses.POLICY_LOSSES),
+            ("schedule", SCHEDULES),
+            ("aggregation", losses.AGGREGATIONS),
+            ("kl_estimator", losses.KL_ESTIMATORS),
+        )
         checks = [
-            (self.policy_loss in POLICY_LOSSES, f"policy_loss {self.policy_loss!r}; choose one of {POLICY_LOSSES}"),
-            (self.schedule in SCHEDULES, f"schedule {self.schedule!r}; choose one of {SCHEDULES}"),
-            (
-                self.aggregation in losses.AGGREGATIONS,
-                f"aggregation {self.aggregation!r}; choose one of {losses.AGGREGATIONS}",
-            ),
-            (
-                self.kl_estimator in losses.KL_ESTIMATORS,
-                f"kl_estimator {self.kl_estimator!r}; choose one of {losses.KL_ESTIMATORS}",
+            *(
+                (getattr(self, k) in reg, f"{k} {getattr(self, k)!r}; choose one of {', '.join(reg.names())}")
+                for k, reg in named
             ),
             (self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1"),
             (self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size must be >= 1 or None"),
@@ -124,14 +140,8 @@ class TrainState(struct.PyTreeNode):
 
 
 def make_schedule(cfg: LearnerConfig, lr: float) -> optax.Schedule:
-    if cfg.schedule == "cosine":
-        return optax.warmup_cosine_decay_schedule(
-            0.0, lr, cfg.warmup_steps, cfg.warmup_steps + cfg.decay_steps, end_value=lr * cfg.min_lr_ratio
-        )
-    if cfg.schedule == "linear":
-        decay = optax.linear_schedule(lr, lr * cfg.min_lr_ratio, cfg.decay_steps)
-    else:
-        decay = optax.constant_schedule(lr)
+    """A linear warmup from 0 over `warmup_steps`, then the registered schedule `cfg.schedule` (from lr)."""
+    decay = SCHEDULES.get(cfg.schedule)(cfg, lr)
     if cfg.warmup_steps == 0:
         return decay
     return optax.join_schedules([optax.linear_schedule(0.0, lr, cfg.warmup_steps), decay], [cfg.warmup_steps])
@@ -237,17 +247,7 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         keep_logits_mb=cfg.keep_logits_mb,
     )
     mask = batch.loss_mask
-    if cfg.policy_loss == "ppo":
-        per_token, clipped = losses.ppo_clip_loss(
-            logp,
-            batch.old_logprobs,
-            batch.advantages,
-            clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high,
-            dual_clip=cfg.dual_clip,
-        )
-    else:
-        per_token, clipped = losses.reinforce_loss(logp, batch.advantages), jnp.zeros_like(mask)
+    per_token, clipped = losses.POLICY_LOSSES.get(cfg.policy_loss)(logp, batch, cfg)
     if batch.is_weights is not None:
         per_token = per_token * batch.is_weights
     if cfg.kl_coef and batch.ref_logprobs is None:
@@ -415,9 +415,9 @@ def _mismatch(learner: jax.Array, sampler: jax.Array, mask: jax.Array) -> dict[s
     }
 
 
-@functools.partial(jax.jit, donate_argnums=0)
-def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
-    """epochs x minibatches optimizer steps on `batch`; returns the new state and averaged metrics.
+def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
+    """epochs x minibatches optimizer steps on `batch`; returns the new state and averaged metrics (traceable: `update`
+    is this jitted; `jgem.algos.step.train_step` runs it in the same program as the batch's preparation).
 
     Metrics: loss, pg_loss, entropy, kl, clip_frac, ratio, grad_norm (before clipping), skipped (number of
     steps dropped for non-finite gradients), adv_mean/std/min/max over loss tokens, lr, and the critic's
@@ -483,6 +483,10 @@ def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict[str, 
     )
     state = state.replace(step=state.step + 1, rng=jax.random.key_data(rng))
     return state, metrics
+
+
+update = jax.jit(apply_update, donate_argnums=0)
+update.__doc__ = apply_update.__doc__
 
 
 def _current_logprobs(state: TrainState, batch: TrainBatch, chunks: int, r: int) -> jax.Array:
