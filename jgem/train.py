@@ -22,9 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jgem.algos.advantages import compute_advantages
+from jgem.algos.algorithms import get_algorithm
 from jgem.algos.critic import make_critic
-from jgem.algos.learner import TrainState, init_train_state, reset_optimizer, token_logprobs, update
+from jgem.algos.learner import TrainState, init_train_state, reset_optimizer
+from jgem.algos.step import StepBatch, StepSpec, prepare_batch, train_step
 from jgem.algos.types import TrainBatch
 from jgem.config import TrainConfig, validate
 from jgem.curriculum import Curriculum
@@ -34,7 +35,7 @@ from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import load_pretrained
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
 from jgem.models.transformer import Transformer
-from jgem.rollout.batch import build_batch, choose_length
+from jgem.rollout.batch import build_batch
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.episode import Episode, turn_arrays
 from jgem.sharding.mesh import batch_axis_size, make_mesh
@@ -111,6 +112,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig) -> None:
         validate(cfg, jax.device_count())
         self.cfg = cfg
+        self.algorithm = get_algorithm(cfg.algorithm)
         self.run_dir = Path(cfg.run_dir)
         self.mesh = make_mesh(cfg.mesh)
         self.curriculum = (
@@ -126,8 +128,8 @@ class Trainer:
         model, critic, self.model_cfg = self._build_models(tokenizer)
         # With a KL penalty, the state carries the frozen reference policy: the policy RL starts from (the
         # initial one, or the warm-started one after a warm start); checkpoints keep it, so resume is exact.
-        # REINFORCE++ folds its KL penalty into the rewards (make_batch), so its loss has none
-        learner = dataclasses.replace(cfg.learner, kl_coef=0.0) if cfg.algorithm == "reinforce_pp" else cfg.learner
+        # An algorithm with kl="reward" (REINFORCE++) folds its KL penalty into the rewards, so its loss has none
+        learner = self.algorithm.learner(cfg.learner)
         self.state: TrainState = init_train_state(
             model, learner, self.mesh, critic=critic, seed=cfg.seed, reference=cfg.learner.kl_coef > 0
         )
@@ -146,15 +148,14 @@ class Trainer:
         self.engine = RolloutEngine(
             self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.mesh
         )
-        self.adv_name = "gae" if cfg.algorithm == "ppo" else cfg.algorithm
-        # The learner's programs are traced with the mesh in context (jax.set_mesh): the model's activation
+        # The step's program is traced with the mesh in context (jax.set_mesh): the model's activation
         # constraints apply, and a fused attention kernel (Pallas splash on TPU) runs per shard (shard_map).
-        self._adv = jax.jit(self._advantages)
-        self._values = self._on_mesh(jax.jit(self._critic_values))
-        self._ref_logprobs = self._on_mesh(jax.jit(self._reference_logprobs))
-        self._update = self._on_mesh(update)
+        self._train_step = self._on_mesh(train_step)
+        self._prepare = self._on_mesh(prepare_batch)
         minibatches = math.lcm(cfg.learner.minibatches, cfg.warm_start.minibatches)
         self.batch_divisor = minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
+        # this process's share of the [E, ...] episode arrays' shards (E is padded to a multiple of it)
+        self.episode_divisor = max(1, batch_axis_size(self.mesh) // jax.process_count())
         # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
 
@@ -172,7 +173,7 @@ class Trainer:
 
     def _build_models(self, tokenizer) -> tuple[Transformer, Transformer | None, ModelConfig]:
         cfg = self.cfg
-        ppo = cfg.algorithm == "ppo"
+        ppo = self.algorithm.critic
         dt = dict(
             dtype=cfg.model.dtype,
             param_dtype=cfg.model.param_dtype,
@@ -198,32 +199,6 @@ class Trainer:
             if ppo:
                 critic = make_critic(mcfg, policy=model if cfg.critic_from_policy else None, seed=cfg.seed + 1)
         return model, critic, mcfg
-
-    # -- device functions (jitted in __init__) -------------------------------------------------------
-
-    def _advantages(self, rewards, turn_mask, group_ids, values=None, bootstrap=None, kl=None):
-        out = compute_advantages(
-            self.adv_name,
-            rewards,
-            turn_mask,
-            group_ids=group_ids,
-            values=values,
-            bootstrap_values=bootstrap,
-            kl=kl,
-            kl_coef=self.cfg.learner.kl_coef,
-            gamma=self.cfg.gamma,
-            lam=self.cfg.lam,
-        )
-        return out.advantages, out.returns
-
-    def _critic_values(self, state: TrainState, tokens, positions, segment_ids):
-        critic = nnx.merge(state.critic_graphdef, state.critic_params, state.critic_state)
-        h, _ = critic.hidden(tokens, positions, segment_ids=segment_ids)
-        return critic.value(h)
-
-    def _reference_logprobs(self, state: TrainState, tokens, positions, segment_ids):
-        ref = nnx.merge(state.graphdef, state.ref_params, state.model_state)
-        return token_logprobs(ref, tokens, positions, segment_ids, temperature=self.cfg.learner.temperature)[0]
 
     # -- one step ----------------------------------------------------------------------------------
 
@@ -255,21 +230,27 @@ class Trainer:
             greedy=cfg.eval_greedy if eval else None,
         )
 
-    def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
-        """Advantages (global across processes) and packing into a fixed-shape, sharded TrainBatch.
+    def step_spec(self, *, sft: bool = False) -> StepSpec:
+        """How the step's program turns the batch into advantages: the algorithm's estimator, or supervised."""
+        if sft:
+            return StepSpec(None)
+        cfg = self.cfg
+        return StepSpec.of(self.algorithm, gamma=cfg.gamma, lam=cfg.lam, kl_coef=cfg.learner.kl_coef)
 
-        The episodes are packed first; the critic's values (PPO), the reference log-probs (KL) and from them
-        REINFORCE++'s per-turn KL are read off the packed rows; then the turn-level advantages go onto the
-        action tokens of the same rows."""
+    def pack(self, episodes: list[Episode], *, sft: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """This process's episodes as the host arrays of a `StepBatch` (and the packing's metrics).
+
+        Shapes agree over processes (one host all-gather of four integers): rows to a power-of-two multiple of the
+        batch divisor and row lengths to the longest, so the step compiles for a handful of shapes; episodes to a
+        multiple of this process's shards, turns to a power of two. Episode indices are global (process p's
+        episodes come after those of processes < p). With a critic, each truncated episode's cut state is one
+        more segment (its value there is the episode's bootstrap value)."""
         cfg = self.cfg
         episodes = [e for e in episodes if e.fault is None and e.num_turns > 0]
         if not episodes:
             raise RuntimeError("every episode of this step faulted; check the env (see rollout/faults)")
-        K = _pow2(max(e.num_turns for e in episodes))
-        K = int(self._allgather_max(K))
-        E = int(self._allgather_max(len(episodes)))
-        arrays = turn_arrays(episodes, num_turns=K, num_rows=E)
         critic = not sft and self.state.critic_params is not None
+        K = _pow2(max(e.num_turns for e in episodes))
         zeros = np.zeros((len(episodes), K), np.float32)
         packed = build_batch(
             episodes,
@@ -280,112 +261,62 @@ class Trainer:
             batch_divisor=self.batch_divisor,
             returns=zeros if critic else None,
             values=zeros if critic else None,
+            bootstrap={i: e.next_prompt for i, e in enumerate(episodes) if e.next_prompt is not None}
+            if critic
+            else None,
         )
-        host = self._pad_rows(packed.arrays)
-        B, T = host["tokens"].shape
-        pad = [(0, B - packed.token_turn.shape[0]), (0, T - packed.token_turn.shape[1])]
-        packed = dataclasses.replace(
-            packed,
-            token_turn=np.pad(packed.token_turn, pad, constant_values=-1),
-            token_episode=np.pad(packed.token_episode, pad, constant_values=-1),
-        )
-        inputs = shard_batch({k: host[k] for k in ("tokens", "positions", "segment_ids")}, self.mesh)
-        ref = None
-        if self.state.ref_params is not None and not sft:
-            ref = self._ref_logprobs(self.state, inputs["tokens"], inputs["positions"], inputs["segment_ids"])
+        B, T = packed.arrays["tokens"].shape
+        rows = _pow2(math.ceil(B / self.batch_divisor)) * self.batch_divisor
+        K, E, rows, T = self._agree_max(K, len(episodes), rows, T)
+        E = -(-E // self.episode_divisor) * self.episode_divisor
+        pad = lambda x, fill=0: np.pad(x, [(0, rows - B), (0, T - x.shape[1])], constant_values=fill)
+        names = ["tokens", "positions", "segment_ids", "loss_mask", "old_logprobs"]
+        names += ["value_mask", "bootstrap_mask"] if critic else []
+        host = {k: pad(packed.arrays[k]) for k in names}
+        first = jax.process_index() * E
+        te = packed.token_episode
+        host["token_episode"] = pad(np.where(te >= 0, te + first, -1).astype(np.int32), -1)
+        host["token_turn"] = pad(packed.token_turn, -1)
+        host |= turn_arrays(episodes, num_turns=K, num_rows=E)
+        host.pop("values", None)  # the sampler's per-turn values (none here): a critic's come from the step
         metrics: dict[str, float] = dict(packed.metrics)
-        if sft:
-            adv = arrays["turn_mask"].astype(np.float32)
-        else:
-            options = {}
-            if critic:
-                vmask = host["value_mask"]
-                v = np.asarray(self._values(self.state, inputs["tokens"], inputs["positions"], inputs["segment_ids"]))
-                values = np.zeros((E, K), np.float32)
-                values[packed.token_episode[vmask], packed.token_turn[vmask]] = v[vmask]
-                arrays["values"] = values
-                arrays["bootstrap"] = self._bootstrap_values(episodes, E)
-                metrics["rollout/bootstrapped"] = float(sum(e.next_prompt is not None for e in episodes))
-            if self.adv_name == "reinforce_pp" and ref is not None:
-                # each turn's summed token KL log pi_old - log pi_ref over its action tokens
-                lmask = host["loss_mask"]
-                diff = host["old_logprobs"] - np.asarray(ref)
-                kl = np.zeros((E, K), np.float32)
-                np.add.at(kl, (packed.token_episode[lmask], packed.token_turn[lmask]), diff[lmask])
-                arrays["kl"] = kl
-            gathered = self._allgather_rows(arrays)
-            for name in ("values", "bootstrap", "kl"):
-                if name in gathered:
-                    options[name] = jnp.asarray(gathered[name])
-            adv, ret = self._adv(
-                jnp.asarray(gathered["rewards"]),
-                jnp.asarray(gathered["turn_mask"]),
-                jnp.asarray(gathered["group_ids"]),
-                **options,
-            )
-            rows = self._local_rows(E)
-            adv, ret = np.asarray(adv)[rows], np.asarray(ret)[rows]
-            if critic:
-                host["values"] = packed.scatter_turns(arrays["values"], host["value_mask"])
-                host["returns"] = packed.scatter_turns(ret, host["value_mask"])
-        host["advantages"] = packed.scatter_turns(adv, host["loss_mask"])
-        batch = TrainBatch(**shard_batch(host, self.mesh))
-        if ref is not None:
-            batch = batch.replace(ref_logprobs=ref)
-        return batch, metrics
+        if critic:
+            metrics["rollout/bootstrapped"] = float(sum(e.next_prompt is not None for e in episodes))
+        return host, metrics
 
-    def _bootstrap_values(self, episodes: list[Episode], E: int) -> np.ndarray:
-        """f32[E]: the critic's value of the state each truncated episode was cut in (its `next_prompt`'s last
-        token); 0 for episodes that ended (terminal) and for padding rows (PPO)."""
-        out = np.zeros((E,), np.float32)
-        idx = [i for i, e in enumerate(episodes) if e.next_prompt is not None]
-        if int(self._allgather_max(len(idx))) == 0:
-            return out
-        prompts = [episodes[i].next_prompt for i in idx] or [np.zeros(1, np.int32)]  # every process runs it
-        T = choose_length(max(p.size for p in prompts), self.cfg.batch_buckets)
-        tokens = np.full((len(prompts), T), self.chat.pad_id, np.int32)
-        positions = np.zeros((len(prompts), T), np.int32)
-        segment_ids = np.zeros((len(prompts), T), np.int32)
-        for r, p in enumerate(prompts):
-            tokens[r, : p.size], positions[r, : p.size], segment_ids[r, : p.size] = p, np.arange(p.size), 1
-        host = self._pad_rows({"tokens": tokens, "positions": positions, "segment_ids": segment_ids})
-        b = shard_batch(host, self.mesh)
-        v = np.asarray(self._values(self.state, b["tokens"], b["positions"], b["segment_ids"]))
-        for r, i in enumerate(idx):
-            out[i] = v[r, prompts[r].size - 1]
-        return out
+    def upload(self, host: dict[str, np.ndarray]) -> StepBatch:
+        """The step's one host-to-device transfer: every array of the batch, sharded by rows over the mesh."""
+        return StepBatch(**shard_batch(host, self.mesh))
 
-    def _pad_rows(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Rows to a power-of-two multiple of the divisor (and the same shape on every process), so the
-        update compiles for a handful of shapes only."""
-        B, T = arrays["tokens"].shape
-        d = self.batch_divisor
-        rows = _pow2(math.ceil(B / d)) * d
-        rows, T2 = int(self._allgather_max(rows)), int(self._allgather_max(T))
-        return {k: np.pad(v, [(0, rows - B), (0, T2 - T)]) for k, v in arrays.items()}
+    @staticmethod
+    def download(metrics: dict[str, jax.Array]) -> dict[str, float]:
+        """The step's one device-to-host transfer: its metrics."""
+        return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+    def learn(self, episodes: list[Episode], *, sft: bool = False) -> dict[str, float]:
+        """One update on `episodes`: pack, one upload, one program (`jgem.algos.step.train_step`), one download.
+        Returns the packing's metrics and the update's (unprefixed: loss, grad_norm, ...)."""
+        host, metrics = self.pack(episodes, sft=sft)
+        self.state, m = self._train_step(self.state, self.upload(host), self.step_spec(sft=sft))
+        return metrics | self.download(m)
+
+    def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
+        """The `TrainBatch` `learn` updates on (advantages, critic targets, reference log-probs on the tokens),
+        computed by the same device code, without the update: for tests and inspection."""
+        host, metrics = self.pack(episodes, sft=sft)
+        return self._prepare(self.state, self.upload(host), self.step_spec(sft=sft)), metrics
 
     # -- multi-process helpers (no-ops in one process) -----------------------------------------------
 
     @staticmethod
-    def _allgather_max(x: int) -> int:
+    def _agree_max(*values: int) -> tuple[int, ...]:
+        """The maximum of each value over processes (one host all-gather)."""
         if jax.process_count() == 1:
-            return x
+            return values
         from jax.experimental import multihost_utils
 
-        return int(np.max(multihost_utils.process_allgather(np.int64(x))))
-
-    @staticmethod
-    def _allgather_rows(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if jax.process_count() == 1:
-            return arrays
-        from jax.experimental import multihost_utils
-
-        return {k: np.asarray(multihost_utils.process_allgather(v, tiled=True)) for k, v in arrays.items()}
-
-    @staticmethod
-    def _local_rows(E: int) -> slice:
-        p = jax.process_index() if jax.process_count() > 1 else 0
-        return slice(p * E, (p + 1) * E)
+        gathered = np.asarray(multihost_utils.process_allgather(np.asarray(values, np.int64)))
+        return tuple(int(v) for v in gathered.reshape(-1, len(values)).max(axis=0))
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -393,20 +324,18 @@ class Trainer:
         t0 = time.perf_counter()
         episodes = self.collect(step)
         t1 = time.perf_counter()
-        batch, metrics = self.make_batch(episodes)
-        self.state, m = self._update(self.state, batch)
-        m = {f"train/{k}": float(v) for k, v in jax.device_get(m).items()}
-        check_finite_loss(m["train/loss"], step, episodes)
+        metrics = {k if "/" in k else f"train/{k}": v for k, v in self.learn(episodes).items()}
+        check_finite_loss(metrics["train/loss"], step, episodes)
         t2 = time.perf_counter()
         self.host["episodes"] += len(episodes)
-        metrics |= m | episode_metrics(episodes, "rollout") | self.engine.stats.as_metrics()
+        metrics |= episode_metrics(episodes, "rollout") | self.engine.stats.as_metrics()
         metrics |= {
             "time/collect_s": t1 - t0,
             "time/update_s": t2 - t1,
             "rollout/max_turns": float(self.horizon(step)),  # the env's limit, or the curriculum's below it
             "curriculum/stage": float(self.curriculum.stage(step)),
             "compile/rollout": float(self.engine.num_compilations),
-            "compile/update": float(update._cache_size()),
+            "compile/update": float(train_step._cache_size()),
             "pool/faults_total": float(self.pool.num_faults),
         }
         return metrics
@@ -446,13 +375,9 @@ class Trainer:
                 system_prompt=self.cfg.env.system_prompt,
                 wrappers=tool_wrapper(self.cfg.env),
             )
-            batch, _ = self.make_batch(eps, sft=True)
-            self.state, m = self._update(self.state, batch)
-            check_finite_loss(float(m["loss"]), s, eps, what="warm-start loss")
-            log(
-                s + 1 - ws.steps,
-                {"warm/step": s + 1, "warm/loss": float(m["loss"]), **episode_metrics(eps, "warm/teacher")},
-            )
+            m = self.learn(eps, sft=True)
+            check_finite_loss(m["loss"], s, eps, what="warm-start loss")
+            log(s + 1 - ws.steps, {"warm/step": s + 1, "warm/loss": m["loss"], **episode_metrics(eps, "warm/teacher")})
         self.state = self.state.replace(cfg=rl_cfg, **critic)
         if ws.reset_optimizer:
             self.state = reset_optimizer(self.state)

@@ -14,9 +14,11 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jgem.algos.algorithms import ALGORITHMS
 from jgem.algos.learner import _opt_count
 from jgem.config import EnvConfig, WarmStartConfig
 from jgem.metrics import read_jsonl
@@ -30,7 +32,7 @@ from tests.train_utils import small_config
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("algorithm", ["rebn", "reinforce", "grpo", "drgrpo", "rloo", "reinforce_pp", "ppo"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS.names())
 def test_every_algorithm_trains_with_finite_metrics(tmp_path, algorithm):
     summary = train(small_config(str(tmp_path), algorithm=algorithm))
     rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
@@ -92,14 +94,14 @@ def test_faulting_env_does_not_stop_training_and_is_counted(tmp_path):
 def test_non_finite_loss_stops_the_run_with_a_clear_error(tmp_path, monkeypatch):
     import jgem.train as train_module
 
-    real = train_module.update
+    real = train_module.train_step
 
-    def nan_from_step_two(state, batch):
-        state, m = real(state, batch)
-        return state, {**m, "loss": m["loss"] * np.nan} if int(state.step) >= 2 else m
+    def nan_from_step_two(state, batch, spec):
+        state, m = real(state, batch, spec)
+        return state, {**m, "loss": m["loss"] * jnp.where(state.step >= 2, jnp.nan, 1.0)}
 
     nan_from_step_two._cache_size = real._cache_size  # the trainer logs the compile count
-    monkeypatch.setattr(train_module, "update", nan_from_step_two)
+    monkeypatch.setattr(train_module, "train_step", nan_from_step_two)
     with pytest.raises(FloatingPointError, match=r"train/loss is nan at step 2 .*learner.lr"):
         train(small_config(str(tmp_path), steps=3))
     steps = [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]

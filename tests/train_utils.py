@@ -6,6 +6,7 @@ import dataclasses
 import json
 import sys
 
+from jgem.algos.algorithms import ALGORITHMS, get_algorithm
 from jgem.algos.learner import LearnerConfig
 from jgem.config import CurriculumConfig, EnvConfig, ModelSpec, TrainConfig
 from jgem.models.config import PRESETS, preset
@@ -19,7 +20,7 @@ PRESETS.setdefault(
 
 def small_config(run_dir: str, **overrides) -> TrainConfig:
     algorithm = overrides.get("algorithm", "rebn")
-    grouped = algorithm in ("grpo", "drgrpo", "rloo")
+    grouped = algorithm in ALGORITHMS and get_algorithm(algorithm).grouped
     base = TrainConfig(
         run_dir=run_dir,
         seed=0,

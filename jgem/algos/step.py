@@ -1,0 +1,193 @@
+"""One training step as one device program: a structural batch goes up, the metrics come down.
+
+After the rollout the host packs the episodes into a `StepBatch` (tokens, masks, the sampler's log-probs, which
+episode and turn each action token belongs to, the per-turn rewards `[E, K]`) and uploads it once. `train_step`
+then runs, in one jitted program: the reference policy's log-probs (a KL penalty), the critic's values (PPO;
+a truncated episode's bootstrap state is one more segment of the same batch), each turn's summed KL (REINFORCE++),
+the registered advantage estimator, the gather of turn advantages and critic targets onto the tokens, and the
+learner's `apply_update`. Statistics that span the batch (ReBN's mean and std, group statistics) are reductions
+over the global, sharded `[E, K]` arrays inside the program: on several processes XLA's collectives, not host
+all-gathers. `prepare` alone (jitted as `prepare_batch`) gives the `TrainBatch` the update sees, for tests and tools.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jgem.algos.advantages import compute_advantages
+from jgem.algos.algorithms import Algorithm
+from jgem.algos.learner import TrainState, apply_update
+from jgem.algos.types import TrainBatch
+from jgem.models.sampler import token_logprobs
+from jgem.sharding.rules import batch_spec
+
+
+@struct.dataclass
+class StepBatch:
+    """What the host packs after a rollout (B rows of T tokens; E episodes of at most K turns).
+
+    tokens, positions, segment_ids i32[B, T]  as in TrainBatch
+    loss_mask bool[B, T]                      sampled action tokens
+    old_logprobs f32[B, T]                    the sampler's log-probs on action tokens
+    token_episode, token_turn i32[B, T]       the (global) episode and turn of each action token and value position,
+                                              and the episode of each bootstrap position; -1 elsewhere
+    rewards f32[E, K], turn_mask bool[E, K]   per-turn rewards of every episode (all processes': E is global)
+    group_ids i32[E]                          episodes of one start state share an id
+    value_mask bool[B, T] | None              the last prompt token of each turn, where a critic scores it (critic only)
+    bootstrap_mask bool[B, T] | None          the last token of each truncated episode's cut state (critic only)
+    """
+
+    tokens: jax.Array
+    positions: jax.Array
+    segment_ids: jax.Array
+    loss_mask: jax.Array
+    old_logprobs: jax.Array
+    token_episode: jax.Array
+    token_turn: jax.Array
+    rewards: jax.Array
+    turn_mask: jax.Array
+    group_ids: jax.Array
+    value_mask: jax.Array | None = None
+    bootstrap_mask: jax.Array | None = None
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """How the batch becomes advantages (static: part of the compiled program's identity).
+
+    advantage: a registered estimator (`ADVANTAGES`), or None for a supervised step (every action token's
+    advantage is 1: cross-entropy on the teacher's actions with the reinforce loss). reward_kl_coef > 0 folds each
+    turn's summed log pi_old - log pi_ref into its reward (an algorithm with kl="reward")."""
+
+    advantage: str | None
+    gamma: float = 1.0
+    lam: float = 0.95
+    reward_kl_coef: float = 0.0
+
+    @staticmethod
+    def of(algorithm: Algorithm, *, gamma: float, lam: float, kl_coef: float) -> StepSpec:
+        """An RL step of a registered `algorithm` (its KL coefficient goes to the rewards when its kl is "reward")."""
+        coef = kl_coef if algorithm.kl == "reward" else 0.0
+        return StepSpec(algorithm.advantage, gamma=gamma, lam=lam, reward_kl_coef=coef)
+
+
+def _rowwise(fn, arrays: tuple[jax.Array, ...], rows: int, mesh) -> jax.Array:
+    """fn(*[r, T] arrays) -> f32[r, T] over the batch `rows` rows at a time (a scan: the memory of one chunk), each
+    device keeping its own rows (row k * c + j goes to chunk j, slot k, as `learner._split` lays out micro-batches)."""
+    B, T = arrays[0].shape
+    r = rows if rows and B % rows == 0 else B
+    c = B // r
+
+    def split(x):
+        y = jnp.swapaxes(x.reshape(r, c, T), 0, 1)  # [c, r, T]
+        if mesh is not None:
+            y = jax.lax.with_sharding_constraint(y, NamedSharding(mesh, PartitionSpec(None, *batch_spec(2))))
+        return y
+
+    out = jax.lax.map(lambda xs: fn(*xs), tuple(split(x) for x in arrays))
+    return jax.lax.stop_gradient(jnp.swapaxes(out, 0, 1).reshape(B, T))
+
+
+def reference_logprobs(state: TrainState, sb: StepBatch) -> jax.Array:
+    """f32[B, T] log-probs of the batch's tokens under the frozen reference policy."""
+    cfg = state.cfg
+    ref = nnx.merge(state.graphdef, state.ref_params, state.model_state)
+
+    def one(tok, pos, seg):
+        return token_logprobs(
+            ref, tok, pos, seg, chunk_size=cfg.logprob_chunk_size, temperature=cfg.temperature, keep_logits_mb=0.0
+        )[0]
+
+    return _rowwise(one, (sb.tokens, sb.positions, sb.segment_ids), cfg.micro_batch_size, state.mesh)
+
+
+def critic_values(state: TrainState, sb: StepBatch) -> jax.Array:
+    """f32[B, T] the critic's value at every position."""
+    critic = nnx.merge(state.critic_graphdef, state.critic_params, state.critic_state)
+
+    def one(tok, pos, seg):
+        h, _ = critic.hidden(tok, pos, segment_ids=seg)
+        return critic.value(h).astype(jnp.float32)
+
+    return _rowwise(one, (sb.tokens, sb.positions, sb.segment_ids), state.cfg.micro_batch_size, state.mesh)
+
+
+def _turn_sums(x: jax.Array, where: jax.Array, sb: StepBatch) -> jax.Array:
+    """f32[E, K]: the sum of x[B, T] over the `where` tokens of each (episode, turn)."""
+    E, K = sb.rewards.shape
+    e = jnp.where(where & (sb.token_episode >= 0), sb.token_episode, E)  # E: out of range, dropped
+    k = jnp.clip(sb.token_turn, 0, K - 1)
+    return jnp.zeros((E, K), jnp.float32).at[e, k].add(jnp.where(where, x, 0.0).astype(jnp.float32), mode="drop")
+
+
+def _on_tokens(table: jax.Array, where: jax.Array, sb: StepBatch) -> jax.Array:
+    """f32[B, T]: table[E, K] at each `where` token's (episode, turn); 0 elsewhere."""
+    E, K = table.shape
+    e = jnp.clip(sb.token_episode, 0, E - 1)
+    k = jnp.clip(sb.token_turn, 0, K - 1)
+    return jnp.where(where, table[e, k], 0.0)
+
+
+def prepare(state: TrainState, sb: StepBatch, spec: StepSpec) -> TrainBatch:
+    """The `TrainBatch` the learner updates on, computed from `sb` on the devices."""
+    if spec.advantage is None:  # supervised: every action token counts once, nothing else is needed
+        adv = _on_tokens(sb.turn_mask.astype(jnp.float32), sb.loss_mask, sb)
+        return TrainBatch(sb.tokens, sb.positions, sb.segment_ids, sb.loss_mask, adv, sb.old_logprobs)
+    ref = reference_logprobs(state, sb) if state.ref_params is not None else None
+    options: dict = {}
+    critic = state.critic_params is not None
+    if critic:
+        if sb.value_mask is None or sb.bootstrap_mask is None:
+            raise ValueError("a TrainState with a critic needs StepBatch.value_mask and bootstrap_mask")
+        v = critic_values(state, sb)
+        E = sb.rewards.shape[0]
+        boot_e = jnp.where(sb.bootstrap_mask & (sb.token_episode >= 0), sb.token_episode, E)
+        options["values"] = _turn_sums(v, sb.value_mask, sb)
+        options["bootstrap_values"] = (
+            jnp.zeros((E,), jnp.float32).at[boot_e].add(jnp.where(sb.bootstrap_mask, v, 0.0), mode="drop")
+        )
+    if spec.reward_kl_coef:
+        if ref is None:
+            raise ValueError("reward_kl_coef > 0 needs a TrainState with ref_params (init_train_state(reference=True))")
+        options["kl"] = _turn_sums(sb.old_logprobs - ref, sb.loss_mask, sb)
+    out = compute_advantages(
+        spec.advantage,
+        sb.rewards,
+        sb.turn_mask,
+        group_ids=sb.group_ids,
+        gamma=spec.gamma,
+        lam=spec.lam,
+        kl_coef=spec.reward_kl_coef,
+        **options,
+    )
+    batch = TrainBatch(
+        sb.tokens,
+        sb.positions,
+        sb.segment_ids,
+        sb.loss_mask,
+        _on_tokens(out.advantages, sb.loss_mask, sb),
+        sb.old_logprobs,
+        ref_logprobs=ref,
+    )
+    if critic:
+        batch = batch.replace(
+            returns=_on_tokens(out.returns, sb.value_mask, sb),
+            values=jnp.where(sb.value_mask, v, 0.0),
+            value_mask=sb.value_mask,
+        )
+    return batch
+
+
+prepare_batch = jax.jit(prepare, static_argnames="spec")
+
+
+@functools.partial(jax.jit, static_argnames="spec", donate_argnums=0)
+def train_step(state: TrainState, sb: StepBatch, spec: StepSpec) -> tuple[TrainState, dict[str, jax.Array]]:
+    """`prepare` then `apply_update`, one program: the new state and the update's metrics."""
+    return apply_update(state, prepare(state, sb, spec))
