@@ -12,30 +12,38 @@ from pathlib import Path
 
 import pytest
 
+from jgem.algos.algorithms import ALGORITHMS
+from jgem.algos.learner import LearnerConfig
 from jgem.models.config import preset
 
 REPO = Path(__file__).resolve().parents[1]
 LIBTPU = Path(os.environ.get("JGEM_LIBTPU_DIR") or REPO / ".libtpu")
 GIB = 2**30
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(
+needs_libtpu = pytest.mark.skipif(
     not (LIBTPU / "libtpu").is_dir(),
     reason=f"no libtpu in {LIBTPU}: build it with `make libtpu` (pip install --target .libtpu libtpu, off the default "
     "path; `make test` does it) or point JGEM_LIBTPU_DIR at such a directory",
 )
-def test_tiny_update_and_rollout_compile_for_v5e_2x2(tmp_path):
+
+
+def aot(tmp_path, *args: str) -> list[dict]:
+    """Run the tool for the tiny preset on v5e:2x2 (8 episodes of 256 tokens, 4 rows per micro-batch) with `args`;
+    its JSON rows."""
     out = tmp_path / "aot.jsonl"
     cmd = [sys.executable, "-m", "experiments.tpu_pod.aot", "--topology", "v5e:2x2", "--model", "tiny"]
-    cmd += ["--episodes", "8", "--tokens", "256", "--learner.micro-batch-size", "4", "--slots", "8"]
-    cmd += ["--json", str(out)]
+    cmd += ["--episodes", "8", "--tokens", "256", "--learner.micro-batch-size", "4", *args, "--json", str(out)]
     env = {**os.environ, "JGEM_LIBTPU_DIR": str(LIBTPU), "PYTHONPATH": str(REPO)}
     env.pop("XLA_FLAGS", None)  # the session's simulated CPU devices are not this process's business
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    res = {r["program"]: r for r in map(json.loads, out.read_text().splitlines())}
-    assert set(res) == {"advantages", "update", "extend", "decode"}
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_tiny_update_and_rollout_compile_for_v5e_2x2(tmp_path):
+    res = {r["program"]: r for r in aot(tmp_path, "--slots", "8")}
+    assert set(res) == {"update", "extend", "decode"}
     for r in res.values():
         assert r["fits"] and 0 < r["total_gib"] < r["hbm_gib"] == 16
         assert r["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}  # --mesh.fsdp -1 (the default): all 4 chips
@@ -43,12 +51,15 @@ def test_tiny_update_and_rollout_compile_for_v5e_2x2(tmp_path):
     cfg = preset("tiny")
     chips = 4
     # the train state (float32 params and two Adam moments) is sharded over the 4 chips by the rules (norms and
-    # small vectors replicated), and donated: the new state aliases it
+    # small vectors replicated), and donated: the new state aliases it. The step's batch: 25 bytes a token, the
+    # [episodes, turns] rewards and mask, the group ids
     state_bytes = 3 * cfg.num_params * 4 / chips
     upd = res["update"]
-    assert state_bytes <= upd["argument_gib"] * GIB <= 2 * state_bytes + 8 * 256 * 26 / chips
+    assert upd["algorithm"] == "rebn" and upd["advantage"] == "rebn" and not upd["critic"] and not upd["reference"]
+    assert state_bytes <= upd["argument_gib"] * GIB <= 2 * state_bytes + (8 * 256 * 25 + 8 * 16 * 5 + 8 * 4) / chips
     assert upd["alias_gib"] * GIB >= state_bytes
     assert upd["rows"] == 8 and upd["micro_batches"] == 2 and upd["rows_per_micro_batch"] == 4
+    assert upd["episodes_padded"] == 8 and upd["turns_padded"] == 16
     # on TPU the layers are scanned (the default): XLA counts the scan's body once, so no compiled FLOPs are claimed
     assert upd["scan_layers"] is None and upd["compiled_tflop_per_chip"] is None and upd["model_tflop_per_chip"] > 0
     # the rollout's arguments hold the params (bfloat16 compute, float32 params) and the 8 slots' KV cache
@@ -56,6 +67,43 @@ def test_tiny_update_and_rollout_compile_for_v5e_2x2(tmp_path):
     for name in ("extend", "decode"):
         assert res[name]["argument_gib"] * GIB >= cache
         assert res[name]["alias_gib"] * GIB >= cache  # the cache is donated and updated in place
+        assert res[name]["algorithm"] is None  # the rollout does not depend on it
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_step_compiles_per_algorithm_with_ppo_carrying_a_critic(tmp_path):
+    rows = aot(tmp_path, "--programs", "update", "--algorithm", "ppo", "grpo")
+    res = {r["algorithm"]: r for r in rows}
+    assert len(rows) == 2 and set(res) == {"ppo", "grpo"}
+    for name, r in res.items():
+        assert r["program"] == "update" and r["fits"] and 0 < r["total_gib"] < r["hbm_gib"] == 16, name
+    ppo, grpo = res["ppo"], res["grpo"]
+    assert (ppo["advantage"], ppo["critic"]) == ("gae", True) and (grpo["advantage"], grpo["critic"]) == ("grpo", False)
+    # PPO's step also carries the critic (a policy-shaped Transformer with a value head): its float32 params and
+    # two Adam moments, sharded over the 4 chips and donated like the policy's
+    critic_bytes = 3 * preset("tiny").num_params * 4 / 4
+    assert ppo["argument_gib"] * GIB >= grpo["argument_gib"] * GIB + critic_bytes
+    assert ppo["alias_gib"] * GIB >= grpo["alias_gib"] * GIB + critic_bytes
+    # and the critic's forward for the values and its training pass
+    assert ppo["model_tflop_per_chip"] > grpo["model_tflop_per_chip"]
+
+
+def test_algorithm_all_names_every_registered_one_built_as_the_trainer_builds_it():
+    from experiments.tpu_pod.aot import AotConfig, algorithms
+    from jgem.algos.step import StepSpec
+
+    assert [a.name for a in algorithms(AotConfig(algorithm=("all",)))] == list(ALGORITHMS.names())
+    assert [a.name for a in algorithms(AotConfig(algorithm=("ppo", "grpo", "ppo")))] == ["ppo", "grpo"]
+    lcfg = LearnerConfig(kl_coef=0.05)
+    # REINFORCE++ takes the KL off the rewards, not in the loss; the others the other way round (the trainer and the
+    # AOT tool both build them with Algorithm.learner and StepSpec.of)
+    rpp, ppo, gspo = (ALGORITHMS.get(n) for n in ("reinforce_pp", "ppo", "gspo"))
+    spec = lambda a: StepSpec.of(a, gamma=0.9, lam=0.8, kl_coef=lcfg.kl_coef)
+    assert spec(rpp).reward_kl_coef == 0.05 and rpp.learner(lcfg).kl_coef == 0.0
+    assert (spec(ppo).advantage, spec(ppo).gamma, spec(ppo).lam, spec(ppo).reward_kl_coef) == ("gae", 0.9, 0.8, 0.0)
+    assert ppo.learner(lcfg).kl_coef == 0.05
+    assert gspo.learner(lcfg).policy_loss == "gspo"
 
 
 @pytest.mark.skipif(not (LIBTPU / "libtpu").is_dir(), reason=f"no libtpu in {LIBTPU}: build it with `make libtpu`")

@@ -6,20 +6,27 @@
 libtpu's deviceless path gives the topology's chips (`get_topology_desc`); the process itself stays on CPU. The
 programs are jgem's own, traced under `target_platform("tpu")` on abstract, sharded arguments (nothing of the
 model is allocated):
-- `advantages`: the trainer's advantage function (`--algorithm`, ReBN by default) over [episodes, turns];
-- `update`: `jgem.algos.learner.update` (epochs x minibatches optimizer steps, each accumulating micro-batches)
-  on the `TrainState` that `init_train_state` builds and a `TrainBatch` of the rows the trainer packs
-  (one full-length episode per row, padded as `Trainer._pad_rows` pads);
+- `update`: the whole training step, `jgem.algos.step.train_step` (the reference policy's log-probs with a KL
+  penalty, the critic's values with a critic, the algorithm's advantage estimator over [episodes, turns], then
+  epochs x minibatches optimizer steps, each accumulating micro-batches) on the `TrainState` the trainer builds
+  for `--algorithm` (a critic for PPO, `ref_params` when `--learner.kl-coef` > 0) and the `StepBatch` it
+  uploads (one full-length episode per row, rows padded as `Trainer.pack` pads them), with the algorithm's
+  `StepSpec` (as `Trainer.step_spec`). `--algorithm` takes several registered algorithms, or `all`: one
+  `update` per algorithm, each row naming it;
 - `extend` / `decode`: the rollout engine's `SlotEngine` programs for `--slots` slots of `--tokens` positions,
   every slot taking part and attending the whole slot (the largest shapes the engine compiles).
 Per program it prints per-chip memory (`memory_analysis`) against the chip's HBM and the compiled FLOPs per chip
 (`cost_analysis`), with the time they imply at `--mfu`.
 
-XLA counts a loop body once: `update`'s FLOPs are scaled by its optimizer steps x micro-batches (the body
-dominates), but loops inside a micro-batch (the chunked vocab projection) stay counted once, so the compiled
-figure is a lower bound; with the layers scanned (`scan_layers`, on TPU by default) most of a micro-batch is one loop
-body, so no compiled figure is given for `update` (`--scan-layers False` unrolls them and gives one); `model_tflop`
-(6 x params x tokens plus causal attention) is the MFU convention's count.
+XLA counts a loop body once: `update`'s FLOPs are scaled by its optimizer steps x micro-batches (the body dominates;
+the forwards before the update, the reference's and the critic's, loop over micro-batches of the same rows once, so
+they are scaled right at one epoch with `--learner.micro-batch-size` set, over-counted otherwise), but loops inside
+a micro-batch (the chunked vocab projection) stay counted once, so the compiled figure is otherwise a lower bound;
+with the layers scanned (`scan_layers`, on TPU by default) most of a micro-batch is one loop body, so no compiled
+figure is given for `update` (`--scan-layers False` unrolls them and gives one). `model_tflop` is the MFU
+convention's count: 6 x params x tokens plus causal attention per epoch, 2 x params x tokens for each forward that
+only scores (the reference's log-probs, the learner's with `tis_cap`), and with a critic its values and its
+training, without the vocab projection.
 
 libtpu is looked up in $JGEM_LIBTPU_DIR, else <repo>/.libtpu (`make libtpu`), else the environment.
 """
@@ -35,15 +42,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec
 
-from jgem.algos.advantages import compute_advantages
-from jgem.algos.learner import LearnerConfig, _micro_layout, init_train_state, update
-from jgem.algos.types import TrainBatch
+from jgem.algos.algorithms import ALGORITHMS, Algorithm
+from jgem.algos.learner import LearnerConfig, TrainState, _micro_layout, init_train_state
+from jgem.algos.step import StepBatch, StepSpec, train_step
 from jgem.models.config import PRESETS, ModelConfig, preset
 from jgem.models.platform import target_platform
 from jgem.models.transformer import Transformer, scans_layers
@@ -70,6 +77,10 @@ CHIPS = {
 }
 
 
+# what `--algorithm` takes: the registered algorithms (jgem.algos.algorithms), or `all` of them
+AlgorithmName = Literal[(*ALGORITHMS.names(), "all")]
+
+
 @dataclass(frozen=True)
 class AotConfig:
     """A pod run's shapes; the CLI is tyro over this (`--mesh.fsdp 16 --learner.micro-batch-size 64`)."""
@@ -81,16 +92,19 @@ class AotConfig:
     remat: bool = True  # rematerialise each decoder block in the backward pass
     attention: str = "auto"  # the model's attention implementation (auto: splash for training on TPU)
     scan_layers: bool | None = None  # the training forward as one scan over the layers (None: as on TPU, scanned)
-    algorithm: str = "rebn"
+    # the step's algorithms, one `update` each (`--algorithm ppo grpo`); `all`: every registered one
+    algorithm: tuple[AlgorithmName, ...] = ("rebn",)
+    gamma: float = 1.0  # the step's discount (as the trainer's --gamma)
+    lam: float = 0.95  # GAE's lambda (as the trainer's --lam; PPO)
     episodes: int = 256  # episodes per step, one row each
     tokens: int = 8192  # tokens per episode: the row length, and the rollout slot length
-    turns: int = 16  # turns per episode (the advantages' [episodes, turns] arrays)
+    turns: int = 16  # turns per episode (the step's [episodes, turns] arrays; a power of two, as the trainer pads)
     mesh: MeshConfig = field(default_factory=lambda: MeshConfig(fsdp=-1))
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     slots: int | None = None  # rollout slots (one per env); default: episodes
     chunk_steps: int = 8  # decode steps per chunk
     extend_chunk: int = 512  # prefill tokens per slot per extend call
-    programs: tuple[str, ...] = ("advantages", "update", "extend", "decode")
+    programs: tuple[Literal["update", "extend", "decode"], ...] = ("update", "extend", "decode")
     mfu: float = 0.4  # the model-FLOPs utilisation the step times assume
     json: str | None = None  # append one JSON line per program to this file
 
@@ -142,26 +156,64 @@ def with_shardings(shapes, shardings):
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings)
 
 
-def abstract_model(mcfg: ModelConfig):
+def abstract_model(mcfg: ModelConfig, *, value_head: bool = False):
     """(graphdef, state of ShapeDtypeStructs) of a Transformer: shapes without allocating a parameter."""
-    return nnx.split(nnx.eval_shape(lambda: Transformer(mcfg, rngs=nnx.Rngs(0))))
+    return nnx.split(nnx.eval_shape(lambda: Transformer(mcfg, rngs=nnx.Rngs(0), value_head=value_head)))
 
 
-def abstract_train_state(mcfg: ModelConfig, lcfg: LearnerConfig, mesh):
-    """The `TrainState` that `init_train_state(model, lcfg, mesh)` returns, as sharded ShapeDtypeStructs."""
+def algorithms(cfg: AotConfig) -> list[Algorithm]:
+    """The records `--algorithm` names, in registry order for `all`."""
+    names = ALGORITHMS.names() if "all" in cfg.algorithm else dict.fromkeys(cfg.algorithm)
+    return [ALGORITHMS.get(n) for n in names]
+
+
+def abstract_train_state(
+    mcfg: ModelConfig, lcfg: LearnerConfig, mesh, *, critic: bool = False, reference: bool = False
+) -> TrainState:
+    """The `TrainState` that `init_train_state(model, lcfg, mesh, critic=..., reference=...)` returns, as sharded
+    ShapeDtypeStructs (a critic of the policy's shape with a value head, as `make_critic` builds it)."""
     graphdef, state = abstract_model(mcfg)
-    shapes = jax.eval_shape(lambda st: init_train_state(nnx.merge(graphdef, st), lcfg), state)
+    cgraphdef, cstate = abstract_model(mcfg, value_head=True) if critic else (None, None)
+
+    def build(st, cst):
+        c = None if cst is None else nnx.merge(cgraphdef, cst)
+        return init_train_state(nnx.merge(graphdef, st), lcfg, critic=c, reference=reference)
+
+    shapes = jax.eval_shape(build, state, cstate)
     shapes = shapes.replace(mesh=mesh)
     return with_shardings(shapes, tree_shardings(shapes, mesh, shapes.rules))
 
 
-def train_batch(cfg: AotConfig, mesh) -> TrainBatch:
-    """The TrainBatch the trainer packs from `episodes` full-length episodes: rows padded to a power-of-two
-    multiple of minibatches x (micro-batch size or data*fsdp), as `Trainer._pad_rows` pads them."""
+def step_rows(cfg: AotConfig, mesh) -> int:
+    """Rows of `episodes` full-length episodes, one each, padded to a power-of-two multiple of minibatches x
+    (micro-batch size or data*fsdp), as `Trainer.pack` pads them."""
     d = cfg.learner.minibatches * (cfg.learner.micro_batch_size or batch_axis_size(mesh))
-    rows = (1 << max(0, (math.ceil(cfg.episodes / d) - 1).bit_length())) * d
-    return TrainBatch.abstract(
-        rows, cfg.tokens, sharding=batch_sharding(mesh, 2), ref_logprobs=bool(cfg.learner.kl_coef)
+    return (1 << max(0, (math.ceil(cfg.episodes / d) - 1).bit_length())) * d
+
+
+def step_batch(cfg: AotConfig, mesh, *, critic: bool) -> StepBatch:
+    """The `StepBatch` the trainer uploads, as ShapeDtypeStructs sharded by rows (`shard_batch`): [rows, tokens]
+    token arrays; [E, K] per-turn arrays, E the episodes padded to a multiple of data*fsdp and K the turns padded
+    to a power of two (as `Trainer.pack`); with a critic its value and bootstrap masks."""
+    B, T = step_rows(cfg, mesh), cfg.tokens
+    n = batch_axis_size(mesh)
+    E = -(-cfg.episodes // n) * n
+    K = 1 << max(0, cfg.turns - 1).bit_length()
+    spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding(mesh, len(shape)))
+    bt = lambda dtype: spec((B, T), dtype)
+    return StepBatch(
+        tokens=bt(jnp.int32),
+        positions=bt(jnp.int32),
+        segment_ids=bt(jnp.int32),
+        loss_mask=bt(jnp.bool_),
+        old_logprobs=bt(jnp.float32),
+        token_episode=bt(jnp.int32),
+        token_turn=bt(jnp.int32),
+        rewards=spec((E, K), jnp.float32),
+        turn_mask=spec((E, K), jnp.bool_),
+        group_ids=spec((E,), jnp.int32),
+        value_mask=bt(jnp.bool_) if critic else None,
+        bootstrap_mask=bt(jnp.bool_) if critic else None,
     )
 
 
@@ -172,6 +224,20 @@ def model_flops(mcfg: ModelConfig, tokens: int, seq: int, *, train: bool) -> flo
     matmul_params = mcfg.num_params - embed * (0 if mcfg.tie_word_embeddings else 1)  # the lookup is no matmul
     attn = 2 * 2 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * (seq / 2)
     return (3 if train else 1) * (2 * matmul_params + attn) * tokens
+
+
+def step_flops(
+    mcfg: ModelConfig, lcfg: LearnerConfig, tokens: int, seq: int, *, critic: bool, reference: bool
+) -> float:
+    """The MFU convention's FLOPs of `train_step` on `tokens` tokens: the policy's training passes (epochs),
+    the forward-only passes (the reference's log-probs; the learner's at the sampling params with `tis_cap`), and
+    with a critic its values (a forward) and its training passes, without the vocab projection it does not use."""
+    total = lcfg.epochs * model_flops(mcfg, tokens, seq, train=True)
+    total += (int(reference) + int(lcfg.tis_cap is not None)) * model_flops(mcfg, tokens, seq, train=False)
+    if critic:
+        head = 2 * mcfg.vocab_size * mcfg.hidden_size * tokens  # the policy's vocab projection, per forward
+        total += (1 + 3 * lcfg.epochs) * (model_flops(mcfg, tokens, seq, train=False) - head)
+    return total
 
 
 def measure(name: str, lowered, chip: Chip, chips: int, mfu: float, *, loops: int | None, model_tflop: float) -> dict:
@@ -225,6 +291,35 @@ def measure(name: str, lowered, chip: Chip, chips: int, mfu: float, *, loops: in
     }
 
 
+def measure_update(cfg: AotConfig, algo: Algorithm, mcfg: ModelConfig, mesh, chip: Chip, chips: int) -> dict:
+    """Compile `train_step` for `algo` as the trainer runs it, and measure it."""
+    lcfg = algo.learner(cfg.learner)
+    reference = cfg.learner.kl_coef > 0  # the trainer keeps the reference whenever there is a KL penalty
+    state = abstract_train_state(mcfg, lcfg, mesh, critic=algo.critic, reference=reference)
+    sb = step_batch(cfg, mesh, critic=algo.critic)
+    M, n, r = _micro_layout(sb, lcfg, mesh)
+    steps = lcfg.epochs * M * n
+    rows = sb.tokens.shape[0]
+    with jax.set_mesh(mesh):  # as the trainer traces it (jgem.train.Trainer._on_mesh)
+        lowered = train_step.lower(
+            state, sb, StepSpec.of(algo, gamma=cfg.gamma, lam=cfg.lam, kl_coef=cfg.learner.kl_coef)
+        )
+    tf = step_flops(mcfg, lcfg, rows * cfg.tokens, cfg.tokens, critic=algo.critic, reference=reference)
+    res = measure("update", lowered, chip, chips, cfg.mfu, loops=None if scans_layers(mcfg) else steps, model_tflop=tf)
+    res.update(
+        algorithm=algo.name,
+        advantage=algo.advantage,
+        critic=algo.critic,
+        reference=reference,
+        rows=rows,
+        episodes_padded=sb.rewards.shape[0],
+        turns_padded=sb.rewards.shape[1],
+        micro_batches=steps,
+        rows_per_micro_batch=r,
+    )
+    return res
+
+
 def run(cfg: AotConfig) -> list[dict]:
     use_libtpu()
     devices = topology_devices(cfg.topology)
@@ -247,29 +342,18 @@ def run(cfg: AotConfig) -> list[dict]:
     }
     print(json.dumps(head))
     out = []
-    replicated = NamedSharding(mesh, PartitionSpec())
-    measure_ = lambda name, lowered, **kw: {**head, **measure(name, lowered, chip, len(devices), cfg.mfu, **kw)}
+    # the rollout's programs do not depend on the algorithm
+    measure_ = lambda name, lowered, **kw: {
+        **head,
+        **measure(name, lowered, chip, len(devices), cfg.mfu, **kw),
+        "algorithm": None,
+    }
     with target_platform("tpu"):
-        if "advantages" in cfg.programs:
-            E, K = cfg.episodes, cfg.turns
-            spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=replicated)
-            adv = jax.jit(lambda r, m, g: compute_advantages(cfg.algorithm, r, m, group_ids=g).advantages)
-            lowered = adv.lower(spec((E, K), jnp.float32), spec((E, K), jnp.bool_), spec((E,), jnp.int32))
-            out.append(measure_("advantages", lowered, loops=1, model_tflop=0.0))
-            _print(head, out[-1])
         if "update" in cfg.programs:
-            state = abstract_train_state(mcfg, cfg.learner, mesh)
-            batch = train_batch(cfg, mesh)
-            M, n, r = _micro_layout(batch, cfg.learner, mesh)
-            steps = cfg.learner.epochs * M * n
-            tokens = cfg.learner.epochs * batch.tokens.shape[0] * cfg.tokens
-            with jax.set_mesh(mesh):  # as the trainer traces it (jgem.train.Trainer._on_mesh)
-                lowered = update.lower(state, batch)
-            tf = model_flops(mcfg, tokens, cfg.tokens, train=True)
-            res = measure_("update", lowered, loops=None if scans_layers(mcfg) else steps, model_tflop=tf)
-            res.update(rows=batch.tokens.shape[0], micro_batches=steps, rows_per_micro_batch=r)
-            out.append(res)
-            _print(head, res)
+            for algo in algorithms(cfg):
+                res = {**head, **measure_update(cfg, algo, mcfg, mesh, chip, len(devices))}
+                out.append(res)
+                _print(head, res)
         if {"extend", "decode"} & set(cfg.programs):
             slots = cfg.slots or cfg.episodes
             engine = SlotEngine(
@@ -305,10 +389,15 @@ def run(cfg: AotConfig) -> list[dict]:
     return out
 
 
+def _name(res: dict) -> str:
+    algo = res.get("algorithm")
+    return f"{res['program']:>10}" + (f" [{algo}]" if algo else "")
+
+
 def _print(head: dict, res: dict) -> None:
     if res["total_gib"] is None:
         print(
-            f"{res['program']:>10}: DOES NOT FIT: the compiler needs {res['temp_gib']:.2f} GiB of temporaries per chip "
+            f"{_name(res)}: DOES NOT FIT: the compiler needs {res['temp_gib']:.2f} GiB of temporaries per chip "
             f"({res['hbm_gib']:.0f} GiB HBM) | {res['model_tflop_per_chip']:.2f} model TFLOP/chip; "
             f"{res['time_s_at_mfu']:.3f} s at MFU {head['mfu']} | {res['compile_s']:.0f} s",
             flush=True,
@@ -317,7 +406,7 @@ def _print(head: dict, res: dict) -> None:
     tf = res["compiled_tflop_per_chip"]
     compiled = "(scanned layers: not counted)" if tf is None else f"{tf:.2f}"
     print(
-        f"{res['program']:>10}: {res['total_gib']:7.2f} GiB / {res['hbm_gib']:.0f} GiB per chip "
+        f"{_name(res)}: {res['total_gib']:7.2f} GiB / {res['hbm_gib']:.0f} GiB per chip "
         f"({'fits' if res['fits'] else 'DOES NOT FIT'}; args {res['argument_gib']:.2f}, out {res['output_gib']:.2f}, "
         f"alias {res['alias_gib']:.2f}, temp {res['temp_gib']:.2f}, code {res['code_gib']:.3f}) | "
         f"{compiled} TFLOP/chip compiled, {res['model_tflop_per_chip']:.2f} model; "
