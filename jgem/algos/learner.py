@@ -439,7 +439,7 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
     if cfg.tis_cap is not None:
         # the learner's log-probs at the sampling params: PPO's ratio is taken against them, and each token's loss
         # is weighted by min(pi_learner / pi_sampler, tis_cap)
-        lp0 = _current_logprobs(state, batch, M * n, r)
+        lp0 = policy_logprobs(state, state.params, batch.tokens, batch.positions, batch.segment_ids)
         whole_batch_mismatch = _mismatch(lp0, batch.old_logprobs, batch.loss_mask)
         w = jnp.where(batch.loss_mask, jnp.minimum(jnp.exp(lp0 - batch.old_logprobs), cfg.tis_cap), 0.0)
         batch = batch.replace(old_logprobs=lp0, sampler_logprobs=batch.old_logprobs, is_weights=w)
@@ -489,22 +489,38 @@ update = jax.jit(apply_update, donate_argnums=0)
 update.__doc__ = apply_update.__doc__
 
 
-def _current_logprobs(state: TrainState, batch: TrainBatch, chunks: int, r: int) -> jax.Array:
-    """f32[B, T] log-probs of the batch's tokens under the state's params, `r` rows at a time (no gradient)."""
+def rowwise(fn, arrays: tuple[jax.Array, ...], rows: int | None, mesh: Mesh | None) -> jax.Array:
+    """fn(*[r, T] arrays) -> [r, T] over the batch `rows` rows at a time (a scan: the memory of one chunk; all rows
+    when `rows` is None or does not divide them), each device keeping its own rows (row k * c + j goes to chunk j,
+    slot k, as `_split` lays out micro-batches). No gradient flows through the result."""
+    B, T = arrays[0].shape
+    r = rows if rows and B % rows == 0 else B
+    c = B // r
+
+    def split(x):
+        y = jnp.swapaxes(x.reshape(r, c, T), 0, 1)  # [c, r, T]
+        if mesh is not None:
+            y = jax.lax.with_sharding_constraint(
+                y, NamedSharding(mesh, jax.sharding.PartitionSpec(None, *batch_spec(2)))
+            )
+        return y
+
+    out = jax.lax.map(lambda xs: fn(*xs), tuple(split(x) for x in arrays))
+    return jax.lax.stop_gradient(jnp.swapaxes(out, 0, 1).reshape(B, T))
+
+
+def policy_logprobs(state: TrainState, params: Any, tokens, positions, segment_ids) -> jax.Array:
+    """f32[B, T] log-probs of the tokens under the policy with `params` (the state's, or its reference's), a
+    micro-batch of rows at a time, no gradient."""
     cfg = state.cfg
-    model = nnx.merge(state.graphdef, state.params, state.model_state)
-    B, T = batch.tokens.shape
+    model = nnx.merge(state.graphdef, params, state.model_state)
 
-    def one(_, x):
-        tok, pos, seg = x
-        lp, _ = token_logprobs(
+    def one(tok, pos, seg):
+        return token_logprobs(
             model, tok, pos, seg, chunk_size=cfg.logprob_chunk_size, temperature=cfg.temperature, keep_logits_mb=0.0
-        )
-        return None, lp
+        )[0]
 
-    xs = tuple(x.reshape(chunks, r, T) for x in (batch.tokens, batch.positions, batch.segment_ids))
-    _, lp = jax.lax.scan(one, None, xs)
-    return jax.lax.stop_gradient(lp.reshape(B, T))
+    return rowwise(one, (tokens, positions, segment_ids), cfg.micro_batch_size, state.mesh)
 
 
 def _opt_count(opt_state) -> jax.Array:

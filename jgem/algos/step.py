@@ -18,14 +18,12 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
-from jax.sharding import NamedSharding, PartitionSpec
 
 from jgem.algos.advantages import compute_advantages
 from jgem.algos.algorithms import Algorithm
-from jgem.algos.learner import TrainState, apply_update
+from jgem.algos.critic import critic_values
+from jgem.algos.learner import TrainState, apply_update, policy_logprobs, rowwise
 from jgem.algos.types import TrainBatch
-from jgem.models.sampler import token_logprobs
-from jgem.sharding.rules import batch_spec
 
 
 @struct.dataclass
@@ -77,45 +75,16 @@ class StepSpec:
         return StepSpec(algorithm.advantage, gamma=gamma, lam=lam, reward_kl_coef=coef)
 
 
-def _rowwise(fn, arrays: tuple[jax.Array, ...], rows: int, mesh) -> jax.Array:
-    """fn(*[r, T] arrays) -> f32[r, T] over the batch `rows` rows at a time (a scan: the memory of one chunk), each
-    device keeping its own rows (row k * c + j goes to chunk j, slot k, as `learner._split` lays out micro-batches)."""
-    B, T = arrays[0].shape
-    r = rows if rows and B % rows == 0 else B
-    c = B // r
-
-    def split(x):
-        y = jnp.swapaxes(x.reshape(r, c, T), 0, 1)  # [c, r, T]
-        if mesh is not None:
-            y = jax.lax.with_sharding_constraint(y, NamedSharding(mesh, PartitionSpec(None, *batch_spec(2))))
-        return y
-
-    out = jax.lax.map(lambda xs: fn(*xs), tuple(split(x) for x in arrays))
-    return jax.lax.stop_gradient(jnp.swapaxes(out, 0, 1).reshape(B, T))
-
-
 def reference_logprobs(state: TrainState, sb: StepBatch) -> jax.Array:
     """f32[B, T] log-probs of the batch's tokens under the frozen reference policy."""
-    cfg = state.cfg
-    ref = nnx.merge(state.graphdef, state.ref_params, state.model_state)
-
-    def one(tok, pos, seg):
-        return token_logprobs(
-            ref, tok, pos, seg, chunk_size=cfg.logprob_chunk_size, temperature=cfg.temperature, keep_logits_mb=0.0
-        )[0]
-
-    return _rowwise(one, (sb.tokens, sb.positions, sb.segment_ids), cfg.micro_batch_size, state.mesh)
+    return policy_logprobs(state, state.ref_params, sb.tokens, sb.positions, sb.segment_ids)
 
 
-def critic_values(state: TrainState, sb: StepBatch) -> jax.Array:
+def values(state: TrainState, sb: StepBatch) -> jax.Array:
     """f32[B, T] the critic's value at every position."""
     critic = nnx.merge(state.critic_graphdef, state.critic_params, state.critic_state)
-
-    def one(tok, pos, seg):
-        h, _ = critic.hidden(tok, pos, segment_ids=seg)
-        return critic.value(h).astype(jnp.float32)
-
-    return _rowwise(one, (sb.tokens, sb.positions, sb.segment_ids), state.cfg.micro_batch_size, state.mesh)
+    one = lambda tok, pos, seg: critic_values(critic, tok, pos, seg).astype(jnp.float32)
+    return rowwise(one, (sb.tokens, sb.positions, sb.segment_ids), state.cfg.micro_batch_size, state.mesh)
 
 
 def _turn_sums(x: jax.Array, where: jax.Array, sb: StepBatch) -> jax.Array:
@@ -145,7 +114,7 @@ def prepare(state: TrainState, sb: StepBatch, spec: StepSpec) -> TrainBatch:
     if critic:
         if sb.value_mask is None or sb.bootstrap_mask is None:
             raise ValueError("a TrainState with a critic needs StepBatch.value_mask and bootstrap_mask")
-        v = critic_values(state, sb)
+        v = values(state, sb)
         E = sb.rewards.shape[0]
         boot_e = jnp.where(sb.bootstrap_mask & (sb.token_episode >= 0), sb.token_episode, E)
         options["values"] = _turn_sums(v, sb.value_mask, sb)
