@@ -35,7 +35,7 @@ from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import load_pretrained
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
 from jgem.models.transformer import Transformer
-from jgem.rollout.batch import build_batch
+from jgem.rollout.batch import build_batch, pack_prompts
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.episode import Episode, turn_arrays
 from jgem.sharding.mesh import batch_axis_size, make_mesh
@@ -240,11 +240,11 @@ class Trainer:
     def pack(self, episodes: list[Episode], *, sft: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
         """This process's episodes as the host arrays of a `StepBatch` (and the packing's metrics).
 
-        Shapes agree over processes (one host all-gather of four integers): rows to a power-of-two multiple of the
+        Shapes agree over processes (one host all-gather of six integers): rows to a power-of-two multiple of the
         batch divisor and row lengths to the longest, so the step compiles for a handful of shapes; episodes to a
         multiple of this process's shards, turns to a power of two. Episode indices are global (process p's
         episodes come after those of processes < p). With a critic, each truncated episode's cut state is one
-        more segment (its value there is the episode's bootstrap value)."""
+        row of `bootstrap_*` arrays that only the critic reads (its value there is the episode's bootstrap value)."""
         cfg = self.cfg
         episodes = [e for e in episodes if e.fault is None and e.num_turns > 0]
         if not episodes:
@@ -261,22 +261,27 @@ class Trainer:
             batch_divisor=self.batch_divisor,
             returns=zeros if critic else None,
             values=zeros if critic else None,
-            bootstrap={i: e.next_prompt for i, e in enumerate(episodes) if e.next_prompt is not None}
-            if critic
-            else None,
         )
-        B, T = packed.arrays["tokens"].shape
-        rows = _pow2(math.ceil(B / self.batch_divisor)) * self.batch_divisor
-        K, E, rows, T = self._agree_max(K, len(episodes), rows, T)
+        d = self.batch_divisor
+        shape = lambda a: (_pow2(math.ceil(a["tokens"].shape[0] / d)) * d, a["tokens"].shape[1]) if a else (0, 0)
+        boot = {}
+        if critic:
+            cut = {i: e.next_prompt for i, e in enumerate(episodes) if e.next_prompt is not None}
+            boot = pack_prompts(cut, buckets=cfg.batch_buckets, batch_divisor=d, pad_id=self.chat.pad_id)
+        K, E, rows_, T_, rows_b, T_b = self._agree_max(K, len(episodes), *shape(packed.arrays), *shape(boot))
         E = -(-E // self.episode_divisor) * self.episode_divisor
-        pad = lambda x, fill=0: np.pad(x, [(0, rows - B), (0, T - x.shape[1])], constant_values=fill)
+        first = jax.process_index() * E  # this process's episodes' global indices start here
+        glob = lambda idx: np.where(idx >= 0, idx + first, -1).astype(np.int32)
+        pad = lambda x, n, t, fill=0: np.pad(x, [(0, n - x.shape[0]), (0, t - x.shape[1])], constant_values=fill)
         names = ["tokens", "positions", "segment_ids", "loss_mask", "old_logprobs"]
-        names += ["value_mask", "bootstrap_mask"] if critic else []
-        host = {k: pad(packed.arrays[k]) for k in names}
-        first = jax.process_index() * E
-        te = packed.token_episode
-        host["token_episode"] = pad(np.where(te >= 0, te + first, -1).astype(np.int32), -1)
-        host["token_turn"] = pad(packed.token_turn, -1)
+        names += ["value_mask"] if critic else []
+        host = {k: pad(packed.arrays[k], rows_, T_) for k in names}
+        host["token_episode"] = pad(glob(packed.token_episode), rows_, T_, -1)
+        host["token_turn"] = pad(packed.token_turn, rows_, T_, -1)
+        for k in ("tokens", "positions", "segment_ids") if critic else ():
+            host[f"bootstrap_{k}"] = pad(boot[k], rows_b, T_b)
+        if critic:
+            host["bootstrap_episode"] = pad(glob(boot["key"]), rows_b, T_b, -1)
         host |= turn_arrays(episodes, num_turns=K, num_rows=E)
         host.pop("values", None)  # the sampler's per-turn values (none here): a critic's come from the step
         metrics: dict[str, float] = dict(packed.metrics)

@@ -194,7 +194,7 @@ def step_rows(cfg: AotConfig, mesh) -> int:
 def step_batch(cfg: AotConfig, mesh, *, critic: bool) -> StepBatch:
     """The `StepBatch` the trainer uploads, as ShapeDtypeStructs sharded by rows (`shard_batch`): [rows, tokens]
     token arrays; [E, K] per-turn arrays, E the episodes padded to a multiple of data*fsdp and K the turns padded
-    to a power of two (as `Trainer.pack`); with a critic its value and bootstrap masks."""
+    to a power of two (as `Trainer.pack`); with a critic its value mask and bootstrap rows."""
     B, T = step_rows(cfg, mesh), cfg.tokens
     n = batch_axis_size(mesh)
     E = -(-cfg.episodes // n) * n
@@ -213,7 +213,12 @@ def step_batch(cfg: AotConfig, mesh, *, critic: bool) -> StepBatch:
         turn_mask=spec((E, K), jnp.bool_),
         group_ids=spec((E,), jnp.int32),
         value_mask=bt(jnp.bool_) if critic else None,
-        bootstrap_mask=bt(jnp.bool_) if critic else None,
+        # the states truncated episodes were cut in, rows of their own: as many as the training rows (every
+        # episode cut, its state as long as a row), the most the trainer packs
+        bootstrap_tokens=bt(jnp.int32) if critic else None,
+        bootstrap_positions=bt(jnp.int32) if critic else None,
+        bootstrap_segment_ids=bt(jnp.int32) if critic else None,
+        bootstrap_episode=bt(jnp.int32) if critic else None,
     )
 
 

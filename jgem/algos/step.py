@@ -3,11 +3,12 @@
 After the rollout the host packs the episodes into a `StepBatch` (tokens, masks, the sampler's log-probs, which
 episode and turn each action token belongs to, the per-turn rewards `[E, K]`) and uploads it once. `train_step`
 then runs, in one jitted program: the reference policy's log-probs (a KL penalty), the critic's values (PPO;
-a truncated episode's bootstrap state is one more segment of the same batch), each turn's summed KL (REINFORCE++),
-the registered advantage estimator, the gather of turn advantages and critic targets onto the tokens, and the
-learner's `apply_update`. Statistics that span the batch (ReBN's mean and std, group statistics) are reductions
-over the global, sharded `[E, K]` arrays inside the program: on several processes XLA's collectives, not host
-all-gathers. `prepare` alone (jitted as `prepare_batch`) gives the `TrainBatch` the update sees, for tests and tools.
+also of the states truncated episodes were cut in: rows of their own that only the critic reads), each turn's
+summed KL (REINFORCE++), the registered advantage estimator, the gather of turn advantages and critic targets
+onto the tokens, and the learner's `apply_update`. Statistics that span the batch (ReBN's mean and std, group
+statistics) are reductions over the global, sharded `[E, K]` arrays inside the program: on several processes XLA's
+collectives, not host all-gathers. `prepare` alone (jitted as `prepare_batch`) gives the `TrainBatch` the update
+sees, for tests and tools.
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ class StepBatch:
     tokens, positions, segment_ids i32[B, T]  as in TrainBatch
     loss_mask bool[B, T]                      sampled action tokens
     old_logprobs f32[B, T]                    the sampler's log-probs on action tokens
-    token_episode, token_turn i32[B, T]       the (global) episode and turn of each action token and value position,
-                                              and the episode of each bootstrap position; -1 elsewhere
+    token_episode, token_turn i32[B, T]       the (global) episode and turn of each action token and value position;
+                                              -1 elsewhere
     rewards f32[E, K], turn_mask bool[E, K]   per-turn rewards of every episode (all processes': E is global)
     group_ids i32[E]                          episodes of one start state share an id
     value_mask bool[B, T] | None              the last prompt token of each turn, where a critic scores it (critic only)
-    bootstrap_mask bool[B, T] | None          the last token of each truncated episode's cut state (critic only)
+    bootstrap_tokens, bootstrap_positions, bootstrap_segment_ids i32[Bb, Tb] | None
+                                              the prompts of the states truncated episodes were cut in, packed into
+                                              rows of their own (critic only: the update never sees them)
+    bootstrap_episode i32[Bb, Tb] | None      the (global) episode each such prompt belongs to, at its last token
     """
 
     tokens: jax.Array
@@ -52,7 +56,10 @@ class StepBatch:
     turn_mask: jax.Array
     group_ids: jax.Array
     value_mask: jax.Array | None = None
-    bootstrap_mask: jax.Array | None = None
+    bootstrap_tokens: jax.Array | None = None
+    bootstrap_positions: jax.Array | None = None
+    bootstrap_segment_ids: jax.Array | None = None
+    bootstrap_episode: jax.Array | None = None
 
 
 @dataclass(frozen=True)
@@ -80,11 +87,11 @@ def reference_logprobs(state: TrainState, sb: StepBatch) -> jax.Array:
     return policy_logprobs(state, state.ref_params, sb.tokens, sb.positions, sb.segment_ids)
 
 
-def values(state: TrainState, sb: StepBatch) -> jax.Array:
+def values(state: TrainState, tokens, positions, segment_ids) -> jax.Array:
     """f32[B, T] the critic's value at every position."""
     critic = nnx.merge(state.critic_graphdef, state.critic_params, state.critic_state)
     one = lambda tok, pos, seg: critic_values(critic, tok, pos, seg).astype(jnp.float32)
-    return rowwise(one, (sb.tokens, sb.positions, sb.segment_ids), state.cfg.micro_batch_size, state.mesh)
+    return rowwise(one, (tokens, positions, segment_ids), state.cfg.micro_batch_size, state.mesh)
 
 
 def _turn_sums(x: jax.Array, where: jax.Array, sb: StepBatch) -> jax.Array:
@@ -112,15 +119,15 @@ def prepare(state: TrainState, sb: StepBatch, spec: StepSpec) -> TrainBatch:
     options: dict = {}
     critic = state.critic_params is not None
     if critic:
-        if sb.value_mask is None or sb.bootstrap_mask is None:
-            raise ValueError("a TrainState with a critic needs StepBatch.value_mask and bootstrap_mask")
-        v = values(state, sb)
-        E = sb.rewards.shape[0]
-        boot_e = jnp.where(sb.bootstrap_mask & (sb.token_episode >= 0), sb.token_episode, E)
+        if sb.value_mask is None or sb.bootstrap_tokens is None:
+            raise ValueError("a TrainState with a critic needs StepBatch.value_mask and the bootstrap_* arrays")
+        v = values(state, sb.tokens, sb.positions, sb.segment_ids)
         options["values"] = _turn_sums(v, sb.value_mask, sb)
-        options["bootstrap_values"] = (
-            jnp.zeros((E,), jnp.float32).at[boot_e].add(jnp.where(sb.bootstrap_mask, v, 0.0), mode="drop")
-        )
+        bv = values(state, sb.bootstrap_tokens, sb.bootstrap_positions, sb.bootstrap_segment_ids)
+        E = sb.rewards.shape[0]
+        mark = sb.bootstrap_episode >= 0
+        boot_e = jnp.where(mark, sb.bootstrap_episode, E)  # E: out of range, dropped
+        options["bootstrap_values"] = jnp.zeros((E,), jnp.float32).at[boot_e].add(jnp.where(mark, bv, 0.0), mode="drop")
     if spec.reward_kl_coef:
         if ref is None:
             raise ValueError("reward_kl_coef > 0 needs a TrainState with ref_params (init_train_state(reference=True))")

@@ -38,8 +38,7 @@ class Segment:
     values: np.ndarray  # f32[L]
     turn_of: np.ndarray  # i32[L]: the turn of each action token and value position, -1 elsewhere
     episode: int  # index into the episodes list
-    turns: tuple[int, ...]  # transition indices inside the episode (none for a bootstrap segment)
-    bootstrap_mask: np.ndarray | None = None  # bool[L]: the last token of a bootstrap segment (see build_batch)
+    turns: tuple[int, ...]  # transition indices inside the episode
 
 
 @dataclass(frozen=True)
@@ -148,20 +147,6 @@ def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segme
     return Segment(tok, loss_mask, a, lp, vmask, ret, val, turn_of, e, tuple(turns))
 
 
-def _bootstrap_segment(e: int, prompt: np.ndarray) -> Segment:
-    """The prompt episode `e` was cut at, as a segment that trains nothing; its last token marked."""
-    tok = np.asarray(prompt, np.int32).copy()
-    L = tok.size
-    if L == 0:
-        raise ValueError(f"episode {e}: an empty bootstrap prompt")
-    zeros = np.zeros(L, np.float32)
-    mark = np.zeros(L, bool)
-    mark[-1] = True
-    return Segment(
-        tok, np.zeros(L, bool), zeros, zeros, np.zeros(L, bool), zeros, zeros, np.full(L, -1, np.int32), e, (), mark
-    )
-
-
 def choose_length(longest: int, buckets: tuple[int, ...]) -> int:
     """The smallest bucket that holds the longest segment."""
     fits = [b for b in sorted(buckets) if b >= longest]
@@ -203,7 +188,6 @@ def build_batch(
     packing: bool = True,
     returns: np.ndarray | None = None,
     values: np.ndarray | None = None,
-    bootstrap: dict[int, np.ndarray] | None = None,
 ) -> PackedBatch:
     """Pack `episodes` into fixed-shape TrainBatch arrays; see the module docstring for the layout.
 
@@ -211,9 +195,6 @@ def build_batch(
     micro-batch count), then up to the smallest of `row_buckets` that holds them, if given, so the
     number of distinct shapes is at most len(buckets) * len(row_buckets).
     With `returns` and `values` (critic), the arrays also hold `returns`, `values` and `value_mask`.
-    `bootstrap` {episode index: the prompt tokens of the state it was cut in} packs each such prompt as one more
-    segment (no loss, no value position) and adds `bootstrap_mask`, True at its last token, where `token_episode`
-    names the episode: a critic's value there is the truncated episode's bootstrap value.
     """
     if batch_divisor < 1:
         raise ValueError(f"batch_divisor must be >= 1, got {batch_divisor}")
@@ -223,8 +204,6 @@ def build_batch(
     if (returns is None) != (values is None):
         raise ValueError("pass returns and values together (critic), or neither")
     segments = episode_segments(episodes, advantages, view=view, returns=returns, values=values)
-    for e, prompt in sorted((bootstrap or {}).items()):
-        segments.append(_bootstrap_segment(e, prompt))
     if not segments:
         raise ValueError("no transitions to train on: every episode is empty")
     lengths = [s.tokens.size for s in segments]
@@ -251,7 +230,6 @@ def build_batch(
         "value_mask": np.zeros((B, T), bool),
         "returns": np.zeros((B, T), np.float32),
         "values": np.zeros((B, T), np.float32),
-        "bootstrap_mask": np.zeros((B, T), bool),
     }
     token_episode = np.full((B, T), -1, np.int32)
     token_turn = np.full((B, T), -1, np.int32)
@@ -265,18 +243,14 @@ def build_batch(
         segment_ids[r, s : s + n] = next_id[r]
         next_id[r] += 1
         for name in out:
-            if (v := getattr(seg, name)) is not None:
-                out[name][r, s : s + n] = v
+            out[name][r, s : s + n] = getattr(seg, name)
         token_turn[r, s : s + n] = seg.turn_of
-        marked = seg.turn_of >= 0 if seg.bootstrap_mask is None else seg.bootstrap_mask
-        token_episode[r, s : s + n] = np.where(marked, seg.episode, -1)
+        token_episode[r, s : s + n] = np.where(seg.turn_of >= 0, seg.episode, -1)
 
     arrays = {"tokens": tokens, "positions": positions, "segment_ids": segment_ids}
     arrays |= {k: out[k] for k in ("loss_mask", "advantages", "old_logprobs")}
     if returns is not None:
         arrays |= {k: out[k] for k in ("returns", "values", "value_mask")}
-    if bootstrap is not None:
-        arrays["bootstrap_mask"] = out["bootstrap_mask"]
     real = int(sum(lengths))
     metrics = {
         "batch/rows": float(B),
@@ -294,3 +268,40 @@ def unpack(arrays: dict[str, np.ndarray], placement: np.ndarray, name: str = "to
     """Per-segment slices of `arrays[name]` (e.g. per-token outputs of the learner), in segment order."""
     x = arrays[name]
     return [x[r, s : s + n] for r, s, n in placement]
+
+
+def pack_prompts(
+    prompts: dict[int, np.ndarray],
+    *,
+    buckets: tuple[int, ...] = DEFAULT_BUCKETS,
+    batch_divisor: int = 1,
+    pad_id: int = 0,
+) -> dict[str, np.ndarray]:
+    """Prompts to score with a forward pass only (no loss), packed into rows like `build_batch`'s segments: tokens,
+    positions, segment_ids and `key` i32[B, T], each prompt's dict key at its last token and -1 elsewhere (e.g. the
+    states truncated episodes were cut in, keyed by episode: a critic's value there is the episode's bootstrap
+    value). Rows are a multiple of `batch_divisor`; no prompts give `batch_divisor` rows of padding."""
+    keys = sorted(prompts)
+    seqs = [np.asarray(prompts[k], np.int32) for k in keys]
+    if any(s.size == 0 for s in seqs):
+        raise ValueError("an empty prompt cannot be scored")
+    lengths = [s.size for s in seqs]
+    T = choose_length(max(lengths, default=1), buckets)
+    where = pack(lengths, T)
+    rows = max((r for r, _ in where), default=-1) + 1
+    B = max(1, -(-rows // batch_divisor)) * batch_divisor
+    out = {
+        "tokens": np.full((B, T), pad_id, np.int32),
+        "positions": np.zeros((B, T), np.int32),
+        "segment_ids": np.zeros((B, T), np.int32),
+        "key": np.full((B, T), -1, np.int32),
+    }
+    next_id = np.ones(B, np.int32)
+    for i in sorted(range(len(seqs)), key=lambda i: where[i]):
+        (r, s), n = where[i], lengths[i]
+        out["tokens"][r, s : s + n] = seqs[i]
+        out["positions"][r, s : s + n] = np.arange(n)
+        out["segment_ids"][r, s : s + n] = next_id[r]
+        next_id[r] += 1
+        out["key"][r, s + n - 1] = keys[i]
+    return out
