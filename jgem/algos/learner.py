@@ -486,27 +486,17 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
 
 
 update = jax.jit(apply_update, donate_argnums=0)
-update.__doc__ = apply_update.__doc__
 
 
 def rowwise(fn, arrays: tuple[jax.Array, ...], rows: int | None, mesh: Mesh | None) -> jax.Array:
     """fn(*[r, T] arrays) -> [r, T] over the batch `rows` rows at a time (a scan: the memory of one chunk; all rows
-    when `rows` is None or does not divide them), each device keeping its own rows (row k * c + j goes to chunk j,
-    slot k, as `_split` lays out micro-batches). No gradient flows through the result."""
+    when `rows` is None or does not divide them), laid out as `_split` lays out micro-batches (each device keeps its
+    own rows). No gradient flows through the result."""
     B, T = arrays[0].shape
     r = rows if rows and B % rows == 0 else B
-    c = B // r
-
-    def split(x):
-        y = jnp.swapaxes(x.reshape(r, c, T), 0, 1)  # [c, r, T]
-        if mesh is not None:
-            y = jax.lax.with_sharding_constraint(
-                y, NamedSharding(mesh, jax.sharding.PartitionSpec(None, *batch_spec(2)))
-            )
-        return y
-
-    out = jax.lax.map(lambda xs: fn(*xs), tuple(split(x) for x in arrays))
-    return jax.lax.stop_gradient(jnp.swapaxes(out, 0, 1).reshape(B, T))
+    chunks = jax.tree.map(lambda x: x[0], _split(arrays, 1, B // r, r, mesh))  # [B // r, r, T] each
+    out = jax.lax.map(lambda xs: fn(*xs), chunks)
+    return jax.lax.stop_gradient(jnp.swapaxes(out, 0, 1).reshape(B, T))  # _split's layout, undone
 
 
 def policy_logprobs(state: TrainState, params: Any, tokens, positions, segment_ids) -> jax.Array:

@@ -46,7 +46,8 @@ class PackedBatch:
     """`arrays`: TrainBatch fields (feed `TrainBatch(**arrays)`); `placement[s] = (row, start, length)` of
     segment s (in `segments` order); `metrics`: padding fraction, shape and token counts.
     `token_episode[B, T]` / `token_turn[B, T]` (i32, -1 elsewhere): the episode index and turn of every action
-    token and value position, so turn-level `[E, K]` arrays go onto tokens (`scatter_turns`) and back."""
+    token and value position, with which the device step (`jgem.algos.step`) puts turn-level `[E, K]` arrays onto
+    tokens and sums tokens into them."""
 
     arrays: dict[str, np.ndarray]
     placement: np.ndarray
@@ -54,13 +55,6 @@ class PackedBatch:
     metrics: dict[str, float]
     token_episode: np.ndarray
     token_turn: np.ndarray
-
-    def scatter_turns(self, table: np.ndarray, where: np.ndarray) -> np.ndarray:
-        """f32[B, T]: `table[E, K]` at the positions `where[B, T]` (action tokens or value positions), 0 elsewhere."""
-        out = np.zeros(where.shape, np.float32)
-        e, k = self.token_episode[where], self.token_turn[where]
-        out[where] = np.asarray(table, np.float32)[e, k]
-        return out
 
 
 def _turn_value(table: np.ndarray | None, e: int, k: int, name: str) -> float:
