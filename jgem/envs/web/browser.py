@@ -7,7 +7,9 @@ call on it hangs.
 
 Failures: an action the page cannot take (an id not on it, a tab that does not exist, a url that does not load)
 raises `ActionError`, and the episode goes on. A dead, hung or closed browser raises `BrowserError` naming the
-call; a call that times out kills the browser (it is hung), and `reset()` starts a new one.
+call; a call that times out kills the browser (it is hung), and `reset()` starts a new one. A page that does not
+commit and parse its document within `timeout_s` of the action that led there raises `PageTimeout` naming it
+(the browser lives on); both are `EnvFault`s, which the pool answers by rebuilding the env.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from jgem.core import EnvFault
 from jgem.envs.web.actions import Action
 from jgem.envs.web.chromium import Chromium, find
 from jgem.envs.web.driver import CallTimeout, driver, existing
-from jgem.envs.web.tabs import Tabs, first_line
+from jgem.envs.web.tabs import SETTLE_S, PageTimeout, Tabs, first_line
 
 LAUNCH_TIMEOUT_S = 60.0
 
@@ -43,7 +45,9 @@ class BrowserSession:
     """A headless Chromium for one env: reset to a url, observe, execute actions. Starts on first use.
 
     Every method is synchronous, callable from any thread, and bounded by `timeout_s` (launching by
-    `LAUNCH_TIMEOUT_S`); calls on one session run one at a time.
+    `LAUNCH_TIMEOUT_S`); calls on one session run one at a time. A call that waits for a page (reset, observe,
+    execute, goto) gives the page its own `timeout_s` on top, so that a page too slow to load is reported as
+    `PageTimeout`, naming it, before the call's bound takes it for a hung browser.
     """
 
     def __init__(
@@ -92,19 +96,19 @@ class BrowserSession:
             except Exception as e:
                 b.check_alive(e)
                 raise BrowserError(f"could not open {url}: {first_line(e)}") from None
-            await b.settle([b.current], b.windows_opened)
+            await b.settle(b.current, [b.current], b.windows_opened)
 
-        self._call("reset", reset, LAUNCH_TIMEOUT_S + self.timeout_s)
+        self._call("reset", reset, LAUNCH_TIMEOUT_S + self._page_call_s)
 
     def observe(self, kind: str = "accessibility_tree", budget: int = 16000) -> str:
         """The current tab as WebArena's observation (see `observation.py`), then its URL and the tabs."""
-        return self._call("observe", lambda: self._with_browser(lambda b: b.observe(kind, budget)))
+        return self._call("observe", lambda: self._with_browser(lambda b: b.observe(kind, budget)), self._page_call_s)
 
     def execute(self, action: Action) -> None:
         """Carry out `action` on the current tab and wait for the page to settle. `stop` does nothing here."""
         if not isinstance(action, Action):
             raise TypeError(f"execute takes an Action (from actions.parse); got {type(action).__name__}")
-        self._call(f"execute {action}", lambda: self._with_browser(lambda b: b.execute(action)))
+        self._call(f"execute {action}", lambda: self._with_browser(lambda b: b.execute(action)), self._page_call_s)
 
     @property
     def url(self) -> str:
@@ -125,10 +129,11 @@ class BrowserSession:
         """Open `url` in the current tab and wait for it to settle (for evaluators; agents use `execute`)."""
 
         async def goto(b: Tabs) -> None:
-            await (await b.tab()).goto(url)
-            await b.settle([*b.context.pages], b.windows_opened)
+            page = await b.tab()
+            await page.goto(url)
+            await b.settle(page, [*b.context.pages], b.windows_opened)
 
-        self._call(f"goto {url}", lambda: self._with_browser(goto))
+        self._call(f"goto {url}", lambda: self._with_browser(goto), self._page_call_s)
 
     def evaluate(self, js: str) -> Any:
         """The JSON value of JavaScript `js` (an expression or a function) on the current tab.
@@ -169,6 +174,12 @@ class BrowserSession:
 
     # -- running a call on the driver's loop -----------------------------------------------------------
 
+    @property
+    def _page_call_s(self) -> float:
+        """The bound of a call that waits for a page: the browser's part and the page's, `timeout_s` each, and
+        the settling after it."""
+        return 2 * self.timeout_s + SETTLE_S + 1.0
+
     def _after_fork(self) -> None:
         """In a forked child the parent's Chromium is not ours: forget it (never kill it) and start afresh."""
         if self._pid != os.getpid():
@@ -188,8 +199,8 @@ class BrowserSession:
             return driver().run(make(), timeout)
         except ValueError:  # ActionError and ScriptError too: the page's answer, not a fault
             raise
-        except BrowserError as e:
-            raise BrowserError(f"{what} failed: {e}") from e
+        except (BrowserError, PageTimeout) as e:
+            raise type(e)(f"{what} failed: {e}") from e
         except CallTimeout:
             b = self._box["tabs"]
             if b is not None:

@@ -16,7 +16,8 @@ Tasks come from one of two places:
   as in WebArena. Logged-in tasks need WebArena's storage-state files under `auth_dir`.
 
 The browser, the site server and their threads belong to the env: `close()` ends them, and a dead or hung browser
-raises `BrowserError` from `reset`/`step`, which the pool counts as a fault and answers by building a fresh env.
+(`BrowserError`) or a page that does not load within `timeout_s` (`PageTimeout`) raises from `reset`/`step`, which
+the pool counts as a fault and answers by building a fresh env.
 """
 
 from __future__ import annotations

@@ -2,9 +2,13 @@
 
 `Tabs` runs on the driver's loop thread: it executes actions the way WebArena does (an element is found by its
 id, scrolled into view and clicked at its centre; `type` focuses, clears, types and maybe presses Enter), keeps
-the current tab (a tab a click opens becomes current), waits after each action until the page has settled (the
-navigation the renderer asked for, the load event, no document or XHR request in flight), numbers the elements
-it shows, and renders the current tab with `observation.render`.
+the current tab (a tab a click opens becomes current), waits after each action until the page has settled, numbers
+the elements it shows, and renders the current tab with `observation.render`.
+
+Settling has a hard part and a soft one. Hard: the navigation the action started has committed and the new
+document is parsed (DOMContentLoaded); an observation before that reads an empty document, so a page that gets
+there later than the context's timeout is a `PageTimeout` naming it. Soft: the load event and no document, XHR or
+fetch request in flight, waited for at most `SETTLE_S` (a page that keeps polling is observed as it is).
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ import itertools
 import time
 from typing import Any
 
+from playwright.async_api import TimeoutError as PlaywrightTimeout
+
+from jgem.core import EnvFault
 from jgem.envs.web import observation
 from jgem.envs.web.actions import Action, ActionError
 from jgem.envs.web.chromium import Chromium
 
-SETTLE_S = 3.0  # longest wait for a page to settle after an action, before observing it anyway
-_GRACE_S = 0.05  # lets a navigation or popup an action triggered announce itself
+SETTLE_S = 3.0  # longest wait for a loaded page's late requests after an action, before observing it anyway
+_GRACE_S = 0.05  # lets a navigation or popup a script starts just after an action announce itself
 _POLL_S = 0.01
 _TRACKED = frozenset(("document", "xhr", "fetch"))  # requests that change what the page shows after "load"
 
@@ -57,6 +64,11 @@ _SCROLL_JS = (  # WebArena's (from natbot): one viewport up or down
 )
 
 
+class PageTimeout(EnvFault):
+    """A page did not commit or parse its document within the timeout: the site (or the machine) failed, not
+    the action."""
+
+
 class Tabs:
     """A running Chromium and Playwright's handles on it: the context, its tabs, the current tab, the network
     activity of each tab (to tell when a page has settled) and the ids shown for its elements. Runs on the
@@ -67,9 +79,10 @@ class Tabs:
         self.browser: Any = None
         self.context: Any = None
         self.current: Any = None
+        self.timeout_s = 0.0  # the context's: how long a page may take to commit and parse its document
         self.cdp: dict[Any, Any] = {}
         self.inflight: dict[Any, set[Any]] = {}
-        self.navigating: set[Any] = set()
+        self.navigating: dict[Any, str] = {}  # tab -> the url of its main frame's navigation not yet committed
         self.windows_opened = 0  # popups the pages asked for (a target=_blank click, window.open)
         self.numbers: dict[Any, tuple[str, dict[int, int], dict[int, int]]] = {}  # tab -> its document's ids
         self.next_id = itertools.count(1)
@@ -90,7 +103,7 @@ class Tabs:
         )
         context.set_default_timeout(timeout_s * 1000)
         context.on("page", self._track)
-        self.context = context
+        self.context, self.timeout_s = context, timeout_s
         self.current = await context.new_page()
 
     def _track(self, page: Any) -> None:
@@ -102,16 +115,16 @@ class Tabs:
             if request.resource_type in _TRACKED:
                 inflight.add(request)
             if request.is_navigation_request() and request.frame == page.main_frame:
-                self.navigating.add(page)
+                self.navigating[page] = request.url
 
         def ended(request: Any) -> None:
             inflight.discard(request)
             if request.is_navigation_request() and request.failure is not None:
-                self.navigating.discard(page)
+                self.navigating.pop(page, None)  # also a 204 answer or a download: they commit nothing
 
         def committed(frame: Any) -> None:
             if frame == page.main_frame:
-                self.navigating.discard(page)
+                self.navigating.pop(page, None)
 
         def closed(_: Any) -> None:
             for per_tab in (self.inflight, self.cdp, self.numbers):
@@ -132,7 +145,7 @@ class Tabs:
 
             def requested(event: dict[str, Any]) -> None:
                 if event.get("frameId") == main_frame and event.get("disposition") == "currentTab":
-                    self.navigating.add(page)
+                    self.navigating[page] = event.get("url", "")
 
             def window_open(_: dict[str, Any]) -> None:
                 self.windows_opened += 1
@@ -143,21 +156,75 @@ class Tabs:
             self.cdp[page] = cdp
         return self.cdp[page]
 
-    async def settle(self, before: list[Any], windows_before: int) -> None:
-        """Wait (at most SETTLE_S) until the current tab has loaded and has no document/XHR request in flight.
-        A tab the action opened (a target=_blank link) becomes the current tab, as in WebArena."""
-        await asyncio.sleep(_GRACE_S)
-        deadline = time.monotonic() + SETTLE_S
+    async def sync(self, page: Any, deadline: float) -> None:
+        """Return once every navigation and popup an action on `page` asked for is known, and a navigation it
+        started has committed. The renderer reports them on our CDP session while it handles the input, so a
+        round trip there after the action (which returns once the renderer took the input) comes back behind
+        them, however late a loaded machine delivers events (a fixed grace alone can miss them); and Chromium
+        holds commands to a frame that is navigating until the navigation commits. `PageTimeout` at
+        `deadline` (time.monotonic())."""
+        if page.is_closed():
+            return
+        try:
+            cdp = await self.session(page)
+            await asyncio.wait_for(cdp.send("Runtime.evaluate", {"expression": "0"}), deadline - time.monotonic())
+        except TimeoutError:  # asyncio's, since Python 3.11
+            raise self._timeout(page, "answer") from None
+        except Exception:  # a closed tab or a dead browser: what follows reports it
+            pass
+
+    async def loaded(self, page: Any, deadline: float | None = None) -> None:
+        """Wait until `page`'s main frame has committed its navigation and parsed the new document
+        (DOMContentLoaded). `PageTimeout` naming the page at `deadline` (by default `timeout_s` from now)."""
+        deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
+        while page in self.navigating and not page.is_closed():
+            if time.monotonic() > deadline:
+                raise self._timeout(page, "commit")
+            await asyncio.sleep(_POLL_S)
+        try:
+            await page.wait_for_load_state("domcontentloaded", timeout=max(deadline - time.monotonic(), 0.001) * 1000)
+        except PlaywrightTimeout:
+            raise self._timeout(page, "parse") from None
+        except Exception as e:
+            if not page.is_closed():  # a closed tab is left for tab() to replace
+                self.check_alive(e)
+                raise
+
+    def _timeout(self, page: Any, what: str) -> PageTimeout:
+        waited = f"within {self.timeout_s:.1f} s; the env should be rebuilt"
+        if page in self.navigating:
+            return PageTimeout(f"the navigation to {self.navigating[page] or page.url} did not commit {waited}")
+        if what == "parse":
+            return PageTimeout(
+                f"the page at {page.url} did not finish parsing its document (DOMContentLoaded) {waited}"
+            )
+        return PageTimeout(f"the page at {page.url} did not answer {waited}")
+
+    async def settle(self, page: Any, before: list[Any], windows_before: int) -> None:
+        """Wait until the current tab has committed and parsed the page the action on `page` led to (at most
+        `timeout_s`, else `PageTimeout`), then at most SETTLE_S until it has loaded and has no document/XHR
+        request in flight. A tab the action opened (a target=_blank link) becomes the current tab, as in
+        WebArena."""
+        start = time.monotonic()
+        hard_by = start + self.timeout_s
+        await self.sync(page, hard_by)
+        # navigations and popups a script starts a moment after the action (the grace overlaps the sync)
+        await asyncio.sleep(max(start + _GRACE_S - time.monotonic(), 0.0))
+        popup_by = time.monotonic() + SETTLE_S
         opened = [p for p in self.context.pages if p not in before]
-        while len(opened) < self.windows_opened - windows_before and time.monotonic() < deadline:
+        while len(opened) < self.windows_opened - windows_before and time.monotonic() < popup_by:
             await asyncio.sleep(_POLL_S)  # a popup was asked for; its page is still on its way
             opened = [p for p in self.context.pages if p not in before]
         if opened:
             self.current = opened[-1]
             await self.current.bring_to_front()
         page = self.current
+        await self.loaded(page, hard_by)
+        deadline = time.monotonic() + SETTLE_S
         while time.monotonic() < deadline and not page.is_closed():
-            if page in self.navigating or self.inflight.get(page):
+            if page in self.navigating:  # a redirect or a script navigated on: its document is waited for too
+                await self.loaded(page)
+            if self.inflight.get(page):
                 await asyncio.sleep(_POLL_S)
                 continue
             with contextlib.suppress(Exception):  # a page that never loads is observed as it is
@@ -213,6 +280,7 @@ class Tabs:
 
     async def execute(self, action: Action) -> None:
         page, before, windows_before = await self.tab(), list(self.context.pages), self.windows_opened
+        await self.session(page)  # before the action, so that it reports the navigation the action starts
         kind = action.kind
         if kind in ("click", "hover", "type"):
             assert action.element_id is not None
@@ -258,7 +326,7 @@ class Tabs:
             return
         else:
             raise ActionError(f"unknown action kind {kind!r}")
-        await self.settle(before, windows_before)
+        await self.settle(page, before, windows_before)
 
     async def _type(self, action: Action, backend_id: int) -> None:
         """WebArena's type: focus the field, clear it (select all, delete), type, and press Enter if asked."""
@@ -294,6 +362,7 @@ class Tabs:
 
     async def observe(self, kind: str, budget: int) -> str:
         page = await self.tab()
+        await self.loaded(page)  # a navigation a script started since the action settled: never an empty page
         tree = await (await self.session(page)).send("Accessibility.getFullAXTree")
         shown, backends = await self.ids(page)
 

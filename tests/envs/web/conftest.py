@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,12 +57,24 @@ PAGES = {
 }
 
 
+SLOW_PAGE = _page("Slow", "<h1>Slow page</h1><a href='/'>Home from the slow page</a>")
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         url = urllib.parse.urlsplit(self.path)
-        if url.path == "/result":
-            query = urllib.parse.parse_qs(url.query)
-            sent = ", ".join(f"{k}={v[0]}" for k, v in sorted(query.items()))
+        query = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+        if url.path == "/slow":  # answers after `head` s and sends its body `body` s later: a route under load
+            self._slow(float(query.get("head", 0)), float(query.get("body", 0)))
+            return
+        if url.path == "/nothing":  # no content: a navigation here ends without leaving the page
+            self.send_response(204)
+            self.end_headers()
+            return
+        if url.path == "/link":  # one link, to `to`: a click on it navigates there
+            body = _page("Link", f"<a href='{html.escape(query['to'])}'>Go</a>").encode()
+        elif url.path == "/result":
+            sent = ", ".join(f"{k}={v}" for k, v in sorted(query.items()))
             body = _page("Result", f"<p>You sent {html.escape(sent)}</p>").encode()
         elif url.path in PAGES:
             body = PAGES[url.path].encode()
@@ -72,6 +86,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _slow(self, head: float, body: float) -> None:
+        time.sleep(head)
+        page = SLOW_PAGE.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(page)))
+        self.end_headers()
+        self.wfile.flush()  # the headers go now: the browser commits the navigation to an empty document
+        time.sleep(body)
+        with contextlib.suppress(ConnectionError):  # the browser gave up on it (a test of a page that never loads)
+            self.wfile.write(page)
 
     def log_message(self, *args: object) -> None:
         pass
