@@ -13,10 +13,10 @@ from typing import Annotated, Any
 from tyro.constructors import PrimitiveConstructorSpec
 
 from jgem.algos.algorithms import ALGORITHMS
-from jgem.algos.learner import LearnerConfig
+from jgem.algos.config import LearnerConfig
 from jgem.models.config import LoraConfig
-from jgem.rollout.engine import RolloutConfig
-from jgem.sharding.mesh import MeshConfig
+from jgem.rollout.config import RolloutConfig
+from jgem.sharding.config import MeshConfig
 
 
 def _json_object(args: list[str]) -> dict[str, Any]:
@@ -470,6 +470,9 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
             "--model.dtype bfloat16 keeps bf16 compute) or LoRA (--model.lora.rank 16: float32 adapters on the "
             "frozen 16-bit base)"
         )
+    from jgem.algos.learner import config_errors as learner_errors  # the registries the names refer to
+
+    errors += learner_errors(cfg.learner, lambda name: f(f"learner.{name}"))
     errors += range_errors(cfg, f)
     try:
         sizes = cfg.mesh.resolve(num_devices)

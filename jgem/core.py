@@ -12,12 +12,12 @@ from __future__ import annotations
 import abc
 import copy
 import functools
-from typing import TYPE_CHECKING, Any
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from jgem.registry import EnvSpec
 
 StepResult = tuple[Any, float, bool, bool, dict[str, Any]]
 
@@ -28,6 +28,31 @@ class JgemError(Exception):
 
 class EnvFault(JgemError):
     """An environment failed (raised, hung past its timeout, or its worker died)."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build one env id: an entry point ("module:Class" or a callable) and default kwargs. `jgem.make` sets
+    it on the env it builds (`Env.spec`, with the kwargs it was built with)."""
+
+    id: str
+    entry_point: str | Callable[..., Env]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def load(self) -> Callable[..., Env]:
+        if callable(self.entry_point):
+            return self.entry_point
+        module_name, _, attr = self.entry_point.partition(":")
+        if not attr:
+            raise ValueError(f"entry point {self.entry_point!r} of {self.id!r} is not 'module:Class'")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            raise ImportError(
+                f"env {self.id!r} needs module {module_name!r}, which failed to import ({e}); "
+                "install the extra that provides it (see docs/environments.md)"
+            ) from e
+        return getattr(module, attr)
 
 
 class Env(abc.ABC):

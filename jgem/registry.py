@@ -7,37 +7,13 @@ import difflib
 import importlib
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from jgem.core import Env
+from jgem.core import Env, EnvSpec
 
+# The built-in suites register their ids from `jgem.envs`, which `jgem/__init__.py` imports: any `import jgem.*`
+# runs it first, so they are here before anyone looks an id up.
 _REGISTRY: dict[str, EnvSpec] = {}
-_BUILTINS_LOADED = False
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """How to build one env id: an entry point ("module:Class" or a callable) and default kwargs."""
-
-    id: str
-    entry_point: str | Callable[..., Env]
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    def load(self) -> Callable[..., Env]:
-        if callable(self.entry_point):
-            return self.entry_point
-        module_name, _, attr = self.entry_point.partition(":")
-        if not attr:
-            raise ValueError(f"entry point {self.entry_point!r} of {self.id!r} is not 'module:Class'")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            raise ImportError(
-                f"env {self.id!r} needs module {module_name!r}, which failed to import ({e}); "
-                "install the extra that provides it (see docs/environments.md)"
-            ) from e
-        return getattr(module, attr)
 
 
 def register(env_id: str, entry_point: str | Callable[..., Env], *, overwrite: bool = False, **kwargs: Any) -> None:
@@ -59,15 +35,7 @@ def import_modules(modules: Sequence[str]) -> None:
             ) from e
 
 
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        _BUILTINS_LOADED = True
-        importlib.import_module("jgem.envs")  # registers the built-in suites (ids only, no heavy imports)
-
-
 def spec(env_id: str) -> EnvSpec:
-    _load_builtins()
     try:
         return _REGISTRY[env_id]
     except KeyError:
@@ -78,7 +46,6 @@ def spec(env_id: str) -> EnvSpec:
 
 def list_envs(prefix: str = "") -> list[str]:
     """All registered ids that start with `prefix`, sorted."""
-    _load_builtins()
     return sorted(i for i in _REGISTRY if i.startswith(prefix))
 
 

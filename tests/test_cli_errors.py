@@ -60,13 +60,20 @@ def test_a_nested_configs_own_check_names_flags(capsys) -> None:
     assert "__tyro" not in err and "max_episode_tokens" not in err
 
 
+def test_an_unknown_learner_name_is_refused_by_flag(capsys, tmp_path) -> None:
+    # LearnerConfig is light data; its names are checked against the learner's registries by validate
+    err = _fails(["tiny", "--run-dir", str(tmp_path / "r"), "--learner.policy-loss", "nope"], capsys)
+    assert "--learner.policy-loss 'nope' is unknown; choose one of ppo, reinforce, gspo, cispo" in err
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_missing_import_module_is_a_message(capsys) -> None:
     err = _fails(["tiny", "--import", "no_such_module_xyz"], capsys)
     assert "cannot import 'no_such_module_xyz'" in err
 
 
 def _check(saved_args: list[str], new_args: list[str], directory) -> None:
-    """Trainer.run's resume check (as jgem/train.py configures it) of a run of `new_args` against a checkpoint
+    """Trainer.run's resume check (as jgem/train/loop.py configures it) of a run of `new_args` against a checkpoint
     written by a run of `saved_args`: a ConfigMismatchError where they differ."""
     from jgem.checkpoint import CheckpointConfig, Checkpointer, flatten_config
     from jgem.config import TrainConfig

@@ -99,7 +99,7 @@ def test_the_user_module_registers_idempotently_and_its_parts_compute_what_it_sa
         import tests.user_algorithm as m
         from jgem.algos.advantages import ADVANTAGES, compute_advantages
         from jgem.algos.algorithms import ALGORITHMS, get_algorithm
-        from jgem.algos.learner import LearnerConfig
+        from jgem.algos.config import LearnerConfig
         from jgem.algos.losses import POLICY_LOSSES
         from jgem.algos.types import TrainBatch
 
@@ -154,7 +154,7 @@ def test_the_documented_example_module_and_command_validate(tmp_path):
         validate(cfg, 1)  # imports my_algos, then finds the algorithm and its parts
         from jgem.algos.advantages import compute_advantages
         from jgem.algos.algorithms import get_algorithm
-        from jgem.algos.learner import LearnerConfig
+        from jgem.algos.config import LearnerConfig
         from jgem.algos.losses import POLICY_LOSSES
         from jgem.algos.types import TrainBatch
 

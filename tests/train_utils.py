@@ -7,10 +7,10 @@ import json
 import sys
 
 from jgem.algos.algorithms import ALGORITHMS, get_algorithm
-from jgem.algos.learner import LearnerConfig
+from jgem.algos.config import LearnerConfig
 from jgem.config import CurriculumConfig, EnvConfig, ModelSpec, TrainConfig
 from jgem.models.config import PRESETS, preset
-from jgem.rollout.engine import RolloutConfig
+from jgem.rollout.config import RolloutConfig
 
 MICRO = "test-micro"
 PRESETS.setdefault(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from jgem.algos.learner import LearnerConfig
+from jgem.algos.config import LearnerConfig
 from jgem.config import CurriculumConfig, EnvConfig, ModelSpec, TrainConfig, WarmStartConfig
-from jgem.rollout.engine import RolloutConfig
-from jgem.sharding.mesh import MeshConfig
+from jgem.rollout.config import RolloutConfig
+from jgem.sharding.config import MeshConfig
 
 
 def tiny() -> TrainConfig:

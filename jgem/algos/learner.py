@@ -7,8 +7,8 @@ accumulated gradient equals the full-minibatch gradient whatever the micro-batch
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -18,11 +18,12 @@ from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding
 
 from jgem.algos import losses
+from jgem.algos.config import LearnerConfig
 from jgem.algos.critic import critic_values
 from jgem.algos.registry import Registry
 from jgem.algos.types import TrainBatch
+from jgem.models.head import token_logprobs
 from jgem.models.lora import trainable
-from jgem.models.sampler import token_logprobs
 from jgem.sharding.rules import (
     DEFAULT_RULES,
     Rules,
@@ -53,67 +54,21 @@ def _cosine(cfg: LearnerConfig, lr: float) -> optax.Schedule:
     return optax.cosine_decay_schedule(lr, cfg.decay_steps, alpha=cfg.min_lr_ratio)
 
 
-@dataclasses.dataclass(frozen=True)
-class LearnerConfig:
-    """Optimisation and loss options; hashable, so it rides in TrainState as static data."""
-
-    policy_loss: str = "ppo"  # a registered policy loss (losses.POLICY_LOSSES): ppo, reinforce, gspo, cispo
-    temperature: float = 1.0  # the sampling temperature; log-probs are of logits / temperature, as sampled
-    lr: float = 1e-6
-    schedule: str = "constant"  # constant | cosine | linear (decay after warmup to lr * min_lr_ratio)
-    warmup_steps: int = 0
-    decay_steps: int = 1000  # optimizer steps of the decay (cosine, linear)
-    min_lr_ratio: float = 0.0
-    b1: float = 0.9
-    b2: float = 0.999
-    adam_eps: float = 1e-8
-    weight_decay: float = 0.0  # decoupled (AdamW), on matrices only
-    max_grad_norm: float | None = 1.0
-    clip_low: float = 0.2
-    clip_high: float | None = None  # None: = clip_low; larger values are DAPO's clip-higher
-    dual_clip: float | None = None
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    aggregation: str = "token_mean"  # token_mean | seq_mean_token_mean | token_sum_norm
-    loss_norm_constant: float | None = None  # token_sum_norm's constant (default T)
-    epochs: int = 1
-    minibatches: int = 1
-    micro_batch_size: int | None = None  # rows per gradient-accumulation step; None: the whole minibatch
-    shuffle: bool = True  # reshuffle rows between minibatches each epoch (only when minibatches > 1)
-    logprob_chunk_size: int = 1024  # tokens per vocab-projection chunk (memory O(chunk * V))
-    # keep a micro-batch's float32 logits for the backward pass (no vocab matmul there) when they fit in this
-    # many MB; above it they are recomputed chunk by chunk. 0: always recompute
-    keep_logits_mb: float = 512.0
-    # critic (PPO with GAE); used only when the TrainState has critic params
-    critic_lr: float = 1e-5
-    critic_max_grad_norm: float | None = 1.0
-    value_clip: float | None = 0.2
-    # truncated importance sampling on the sampler/learner mismatch (bf16, kernels): each token's policy loss is
-    # weighted by min(pi_learner / pi_sampler, tis_cap), pi_learner the learner's probability at the sampling
-    # params (and PPO's ratio is taken against it). None: off
-    tis_cap: float | None = None
-
-    def __post_init__(self):
-        named = (
-            ("policy_loss", losses.POLICY_LOSSES),
-            ("schedule", SCHEDULES),
-            ("aggregation", losses.AGGREGATIONS),
-            ("kl_estimator", losses.KL_ESTIMATORS),
-        )
-        checks = [
-            *(
-                (getattr(self, k) in reg, f"{k} {getattr(self, k)!r}; choose one of {', '.join(reg.names())}")
-                for k, reg in named
-            ),
-            (self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1"),
-            (self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size must be >= 1 or None"),
-            (self.keep_logits_mb >= 0, f"keep_logits_mb must be >= 0, got {self.keep_logits_mb}"),
-            (self.tis_cap is None or self.tis_cap > 0, f"tis_cap must be > 0 or None, got {self.tis_cap}"),
-        ]
-        for ok, msg in checks:
-            if not ok:
-                raise ValueError(f"LearnerConfig: {msg}")
+def config_errors(cfg: LearnerConfig, name: Callable[[str], str] = str) -> list[str]:
+    """What `cfg` names that is not registered: its policy loss, schedule, aggregation or KL estimator (each
+    message names the field as `name(field)`). Here, not in the config, because these registries fill as the
+    learner's modules load."""
+    named = (
+        ("policy_loss", losses.POLICY_LOSSES),
+        ("schedule", SCHEDULES),
+        ("aggregation", losses.AGGREGATIONS),
+        ("kl_estimator", losses.KL_ESTIMATORS),
+    )
+    return [
+        f"{name(k)} {getattr(cfg, k)!r} is unknown; choose one of {', '.join(reg.names())}"
+        for k, reg in named
+        if getattr(cfg, k) not in reg
+    ]
 
 
 class TrainState(struct.PyTreeNode):
@@ -170,16 +125,20 @@ def init_train_state(
     seed: int = 0,
     rules: Rules = DEFAULT_RULES,
     reference: bool = False,
+    optimizer: bool = True,
 ) -> TrainState:
     """Split `model` (and the optional `critic`) into what trains (`jgem.models.lora.trainable`: every Param, or
     a LoRA model's adapters and value head) and the rest, and build optimizer states for the former, placed on
     `mesh`. With `reference`, `ref_params` starts as a copy of the params (the KL penalty's reference policy;
-    with LoRA, of the adapters: the reference is the frozen base plus its initial, zero-output adapters)."""
+    with LoRA, of the adapters: the reference is the frozen base plus its initial, zero-output adapters). Without
+    `optimizer`, no optimizer state (`opt_state` None): a policy to sample from, not to update."""
+    if errors := config_errors(cfg):
+        raise ValueError("LearnerConfig: " + "; ".join(errors))
     graphdef, params, model_state = nnx.split(model, trainable(model), ...)
     critic_graphdef = critic_params = critic_state = critic_opt = None
     place = functools.partial(_place, mesh=mesh, rules=rules)
     params, model_state = place(params), place(model_state)
-    opt_state = _init_opt(make_optimizer(cfg), params, mesh=mesh, rules=rules)
+    opt_state = _init_opt(make_optimizer(cfg), params, mesh=mesh, rules=rules) if optimizer else None
     if critic is not None:
         critic_graphdef, critic_params, critic_state = nnx.split(critic, trainable(critic), ...)
         critic_params, critic_state = place(critic_params), place(critic_state)

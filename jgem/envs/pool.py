@@ -11,7 +11,7 @@ envs each; see `pool_workers.py`), `remote` (HTTP envs driven by the thread back
 A fault (the env raised, ran past `step_timeout`, returned a malformed result, or its worker process
 died) never stops the pool: the env's result is `truncated=True, terminated=False` with
 `infos[i]["fault"] = "<kind>: <reason>"`, the env is rebuilt fresh (reset it next), and `num_faults`
-counts it. Every result is checked where it leaves the env (`check_result`): a finite real reward,
+counts it. Every result is checked where it leaves the env (`pool_commands.check_result`): a finite real reward,
 bool flags, a dict info, and an observation of the type the env's reset returned; anything else is an
 `invalid_result` fault of that env only.
 """
@@ -19,26 +19,25 @@ bool flags, a dict info, and an observation of the type the env's reset returned
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import queue
 import threading
 import time
-import traceback
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Literal
 
 import numpy as np
 
-from jgem.core import Env, EnvFault
+from jgem.core import Env
+from jgem.envs.pool_commands import EnvFactory, Result, close_quietly, exception_fault, fault_result, run_command
+from jgem.envs.pool_workers import ProcessBackend
+from jgem.registry import import_modules, spec
 
 Backend = Literal["inline", "thread", "process", "remote"]
-# One finished command: (env_id, obs, reward, terminated, truncated, info, is_reset).
-Result = tuple[int, Any, float, bool, bool, dict, bool]
 
 
 @dataclass(frozen=True)
@@ -71,150 +70,6 @@ class StepBatch:
             list(infos),
             np.array(is_reset, np.bool_),
         )
-
-
-@dataclass(frozen=True)
-class EnvFactory:
-    """Builds one env: `jgem.make(env, **env_kwargs)` (or `env(**env_kwargs)`), then the wrappers in order.
-
-    Picklable when `env` and the wrappers are (module-level classes, functions, `functools.partial`),
-    so process workers can build their own envs.
-    """
-
-    env: str | Callable[..., Env]
-    env_kwargs: dict = field(default_factory=dict)
-    wrappers: tuple[Callable[[Env], Env], ...] = ()
-    remote_url: str | None = None
-    remote_token: str | None = field(default=None, repr=False)  # never in a repr (tracebacks, logs)
-    remote_timeout: float = 30.0
-    remote_fallbacks: tuple[str, ...] = ()  # other servers to move to when this one is gone
-    imports: tuple[str, ...] = ()  # modules that register `env`'s id, imported first (process workers need it)
-
-    def __call__(self) -> Env:
-        if self.imports:
-            from jgem.registry import import_modules
-
-            import_modules(self.imports)
-        if self.remote_url is not None:
-            from jgem.envs.remote.client import RemoteEnv
-
-            env = RemoteEnv(
-                self.remote_url,
-                self.env,
-                token=self.remote_token,
-                env_kwargs=self.env_kwargs or None,
-                timeout=self.remote_timeout,
-                fallback_urls=self.remote_fallbacks,
-            )
-        elif isinstance(self.env, str):
-            from jgem.registry import make
-
-            env = make(self.env, **self.env_kwargs)
-        else:
-            env = self.env(**self.env_kwargs)
-        for wrap in self.wrappers:
-            env = wrap(env)
-        return env
-
-
-def fault_result(env_id: int, kind: str, reason: str, is_reset: bool) -> Result:
-    return (env_id, "", 0.0, False, True, {"fault": f"{kind}: {reason}"}, is_reset)
-
-
-class InvalidResult(EnvFault):
-    """An env returned something outside the step/reset contract (a fault of that env)."""
-
-
-def exception_fault(env_id: int, exc: BaseException, is_reset: bool) -> Result:
-    if isinstance(exc, InvalidResult):
-        return fault_result(env_id, "invalid_result", str(exc), is_reset)
-    return fault_result(env_id, "exception", describe(exc), is_reset)
-
-
-# Observation type of each live env, from its last reset: a step must return the same type.
-_OBS_TYPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_FLAGS = (bool, np.bool_)
-
-
-def check_result(env: Env, kind: str, obs: Any, reward: Any, terminated: Any, truncated: Any, info: Any) -> Result:
-    """The values converted to plain Python types, or `InvalidResult` naming what broke the contract."""
-    where = f"{env!r}.{kind}"
-    if not isinstance(info, dict):
-        raise InvalidResult(f"{where} returned info of type {type(info).__name__}; it must be a dict")
-    if kind == "reset":
-        if not isinstance(obs, (str, list)):
-            raise InvalidResult(
-                f"{where} returned an observation of type {type(obs).__name__}; use str (or a list of messages)"
-            )
-        with contextlib.suppress(TypeError):  # not weak-referenceable: skip the type check
-            _OBS_TYPES[env] = type(obs)
-        return obs, 0.0, False, False, info
-    expected = _OBS_TYPES.get(env, (str, list)) if _weakrefable(env) else (str, list)
-    if not isinstance(obs, expected):
-        names = expected.__name__ if isinstance(expected, type) else "str or list"
-        raise InvalidResult(f"{where} returned an observation of type {type(obs).__name__}; its reset returned {names}")
-    if isinstance(reward, _FLAGS) or not isinstance(reward, (int, float, np.integer, np.floating)):
-        raise InvalidResult(
-            f"{where} returned reward {reward!r:.80} of type {type(reward).__name__}; it must be a float"
-        )
-    reward = float(reward)
-    if not math.isfinite(reward):
-        raise InvalidResult(f"{where} returned reward {reward}; it must be finite")
-    for name, flag in (("terminated", terminated), ("truncated", truncated)):
-        if not isinstance(flag, _FLAGS):
-            raise InvalidResult(
-                f"{where} returned {name}={flag!r:.80} of type {type(flag).__name__}; it must be a bool"
-            )
-    return obs, reward, bool(terminated), bool(truncated), info
-
-
-def _weakrefable(env: Env) -> bool:
-    try:
-        weakref.ref(env)
-    except TypeError:
-        return False
-    return True
-
-
-def run_command(env: Env, env_id: int, kind: str, arg: Any) -> Result:
-    """Run one step or reset on `env` and check its result; exceptions propagate (the caller turns them into
-    faults, `InvalidResult` for a malformed result)."""
-    if kind == "step":
-        try:
-            obs, reward, terminated, truncated, info = env.step(arg)
-        except (TypeError, ValueError) as e:
-            if not _unpacking_error(e):
-                raise
-            raise InvalidResult(f"{env!r}.step must return (obs, reward, terminated, truncated, info): {e}") from e
-        obs, reward, terminated, truncated, info = check_result(env, kind, obs, reward, terminated, truncated, info)
-        return (env_id, obs, reward, terminated, truncated, info, False)
-    try:
-        obs, info = env.reset(seed=arg)
-    except (TypeError, ValueError) as e:
-        if not _unpacking_error(e):
-            raise
-        raise InvalidResult(f"{env!r}.reset must return (obs, info): {e}") from e
-    obs, *_, info = check_result(env, kind, obs, 0.0, False, False, info)
-    return (env_id, obs, 0.0, False, False, info, True)
-
-
-def _unpacking_error(e: BaseException) -> bool:
-    """True when `e` came from unpacking the env's return value here, not from inside the env."""
-    tb = e.__traceback__
-    return tb is not None and tb.tb_next is None and ("unpack" in str(e))
-
-
-def describe(exc: BaseException) -> str:
-    """`Type: message (file:line)` of the innermost frame: enough to find the bug from an info dict."""
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" ({tb[-1].filename}:{tb[-1].lineno})" if tb else ""
-    return f"{type(exc).__name__}: {exc}{where}"
-
-
-def close_quietly(env: Env | None) -> None:
-    if env is not None:
-        with contextlib.suppress(Exception):  # a broken env must not break shutdown
-            env.close()
 
 
 CLOSE_TIMEOUT = 10.0
@@ -463,8 +318,6 @@ class EnvPool:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         imports = tuple(imports)
         if isinstance(env, str) and backend != "remote":
-            from jgem.registry import import_modules, spec
-
             import_modules(imports)
             spec(env)  # unknown ids fail here, with suggestions, not inside a worker
         self.num_envs = num_envs
@@ -506,8 +359,6 @@ class EnvPool:
             ]
             self._backend = _ThreadBackend(factories, num_workers or num_envs, step_timeout)
         elif backend == "process":
-            from jgem.envs.pool_workers import ProcessBackend
-
             factory = EnvFactory(env, env_kwargs, wrappers, imports=imports)
             self._backend = ProcessBackend(factory, num_envs, num_workers or _default_processes(num_envs), step_timeout)
         else:

@@ -23,7 +23,15 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from jgem.core import EnvFault, JgemError
-from jgem.envs.pool import EnvFactory, Result, close_quietly, describe, exception_fault, fault_result, run_command
+from jgem.envs.pool_commands import (
+    EnvFactory,
+    Result,
+    close_quietly,
+    describe,
+    exception_fault,
+    fault_result,
+    run_command,
+)
 
 # A worker sends what it has when a command batch ends or this long after its last message, so a
 # slow env does not hold back finished ones and the parent can tell progress from a hang.

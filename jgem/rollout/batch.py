@@ -15,13 +15,12 @@ action tokens (where `loss_mask` is True) and 0 elsewhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
+from jgem.rollout.config import View
 from jgem.rollout.episode import Episode
 
-View = Literal["per_turn", "chat"]
 DEFAULT_BUCKETS = (128, 256, 512, 1024, 2048, 4096)
 
 

@@ -19,9 +19,10 @@ from jgem.core import Env, Wrapper
 from jgem.envs.games.solvers import solver_for
 from jgem.models.tokenizer import ChatFormat
 from jgem.registry import make
+from jgem.rollout.config import View
 from jgem.rollout.engine import EpisodeSpec
 from jgem.rollout.episode import Episode, Transition
-from jgem.rollout.views import View, first_prompt, next_prompt, observation_suffix, wrappers_for_view
+from jgem.rollout.views import first_prompt, next_prompt, observation_suffix, wrappers_for_view
 
 
 class _Tap(Wrapper):

@@ -13,11 +13,10 @@ The rollout engine and the scripted teacher both build prompts here, so RL and t
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from jgem.models.tokenizer import ChatFormat
-
-View = Literal["chat", "per_turn"]
+from jgem.rollout.config import View
 
 
 def first_prompt(chat: ChatFormat, view: View, obs: Any) -> tuple[list[int], int]:

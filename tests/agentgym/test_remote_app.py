@@ -183,7 +183,8 @@ def test_config_errors_say_what_to_do():
 
 def test_serves_a_real_agentgym_suite_by_prefix():
     """TextCraft played to a win through HTTP with the reference planner, served by id prefix."""
-    from jgem.envs.agentgym.textcraft import default_book, plan
+    from jgem.envs.agentgym.textcraft import plan
+    from jgem.envs.agentgym.textcraft_recipes import default_book
 
     app = create_app(ServeConfig(envs=("agentgym:TextCraft",), token="tok"))
     with TestClient(app) as c:

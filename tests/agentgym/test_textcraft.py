@@ -7,7 +7,8 @@ from collections import Counter
 import pytest
 
 import jgem
-from jgem.envs.agentgym.textcraft import TextCraftEnv, default_book, parse_recipes, plan
+from jgem.envs.agentgym.textcraft import TextCraftEnv, plan
+from jgem.envs.agentgym.textcraft_recipes import default_book, parse_recipes
 
 
 def test_recipe_book_depths():

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jgem.algos.learner import LearnerConfig, token_logprobs
+from jgem.algos.config import LearnerConfig
+from jgem.algos.learner import token_logprobs
 from jgem.algos.types import TrainBatch
 from jgem.models.config import preset
 from jgem.models.transformer import Transformer

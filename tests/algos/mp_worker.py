@@ -29,7 +29,8 @@ def run(mesh, rewards, mask, batch):
     import jax.numpy as jnp
 
     from jgem.algos.advantages import masked_mean_std, rebn
-    from jgem.algos.learner import LearnerConfig, init_train_state, update
+    from jgem.algos.config import LearnerConfig
+    from jgem.algos.learner import init_train_state, update
     from tests.algos.helpers import CFG, tiny_model
 
     @jax.jit
@@ -71,7 +72,8 @@ def main(process_id: int, num_processes: int, port: int, out: str) -> None:
     initialize(f"localhost:{port}", num_processes, process_id)
     import jax
 
-    from jgem.sharding.mesh import MeshConfig, make_mesh
+    from jgem.sharding.config import MeshConfig
+    from jgem.sharding.mesh import make_mesh
     from jgem.sharding.rules import shard_batch
     from tests.algos.helpers import make_batch
 

@@ -11,10 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from jgem.algos import losses
 from jgem.algos.algorithms import get_algorithm
-from jgem.algos.learner import LearnerConfig, update
+from jgem.algos.config import LearnerConfig
+from jgem.algos.learner import config_errors, init_train_state, update
 from jgem.algos.types import TrainBatch
 from jgem.config import ConfigError, validate
 from jgem.train import Trainer
@@ -192,9 +194,13 @@ def test_registry_and_config_wiring(tmp_path):
         algo = get_algorithm(name)
         assert algo.policy_loss == name and algo.grouped and algo.advantage == "grpo" and not algo.critic
         assert losses.POLICY_LOSSES.get(name) is {"gspo": losses.gspo_loss, "cispo": losses.cispo_loss}[name]
-    assert LearnerConfig(policy_loss="gspo").policy_loss == "gspo"
-    with pytest.raises(ValueError, match=r"policy_loss 'nope'.*ppo.*reinforce.*gspo.*cispo"):
-        LearnerConfig(policy_loss="nope")
+    assert not config_errors(LearnerConfig(policy_loss="gspo"))
+    # the light config holds names; they are checked against the registries by validate (and init_train_state)
+    unknown = r"learner.policy_loss 'nope' is unknown; choose one of ppo, reinforce, gspo, cispo"
+    with pytest.raises(ConfigError, match=unknown):
+        validate(small_config(str(tmp_path), learner={"policy_loss": "nope"}), 1)
+    with pytest.raises(ValueError, match=r"LearnerConfig: schedule 'nope' is unknown; choose one of constant, linear"):
+        init_train_state(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), LearnerConfig(schedule="nope"))
     with pytest.raises(ConfigError, match="group_size") as err:
         validate(small_config(str(tmp_path), algorithm="gspo", group_size=1), 1)
     assert "gspo normalises within groups" in str(err.value)

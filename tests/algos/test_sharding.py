@@ -7,7 +7,8 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from jgem.sharding import mesh as mesh_lib
-from jgem.sharding.mesh import MeshConfig, make_mesh
+from jgem.sharding.config import MeshConfig
+from jgem.sharding.mesh import make_mesh
 from jgem.sharding.rules import DEFAULT_RULES, batch_sharding, logical_to_spec, shard_batch, shard_tree
 from tests.algos.helpers import MODEL_CFG, make_batch, tiny_model
 

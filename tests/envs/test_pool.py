@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from jgem.core import JgemError
-from jgem.envs.pool import EnvPool, StepBatch, run_command
+from jgem.envs.pool import EnvPool, StepBatch
+from jgem.envs.pool_commands import run_command
 from jgem.envs.wrappers import EpisodeStatistics
 from tests.envs.faulty_envs import (
     BAD_RESULTS,

@@ -11,89 +11,10 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from jgem.core import Env, StepResult
-
-RECIPES_PATH = Path(__file__).parent / "data" / "textcraft_recipes.txt"
-_LINE = re.compile(r"^(\d+) ([a-z][a-z ]*?) <- (.+)$")
-
-
-@dataclass(frozen=True)
-class Recipe:
-    result: str
-    count: int
-    ingredients: tuple[tuple[str, int], ...]  # (item, how many per craft)
-
-    def command(self, crafts: int = 1) -> str:
-        using = ", ".join(f"{n * crafts} {item}" for item, n in self.ingredients)
-        return f"craft {self.count * crafts} {self.result} using {using}"
-
-
-@dataclass(frozen=True)
-class RecipeBook:
-    recipes: dict[str, Recipe]
-    depth: dict[str, int]  # every item, base items at 0
-
-    def base(self, item: str) -> bool:
-        return item not in self.recipes
-
-    def tree(self, item: str) -> list[Recipe]:
-        """The recipes needed to craft `item` from base items, each once, leaves first."""
-        out: list[Recipe] = []
-
-        def visit(i: str) -> None:
-            r = self.recipes.get(i)
-            if r is None or r in out:
-                return
-            for ing, _ in r.ingredients:
-                visit(ing)
-            out.append(r)
-
-        visit(item)
-        return out
-
-
-def parse_recipes(text: str) -> RecipeBook:
-    recipes: dict[str, Recipe] = {}
-    for no, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            raise ValueError(f"recipe line {no} {line!r} is not '<count> <result> <- <n> <item>, ...'")
-        ings = []
-        for part in m.group(3).split(","):
-            n, _, item = part.strip().partition(" ")
-            if not n.isdigit() or not item:
-                raise ValueError(f"recipe line {no}: ingredient {part.strip()!r} is not '<n> <item>'")
-            ings.append((item, int(n)))
-        result = m.group(2)
-        if result in recipes:
-            raise ValueError(f"recipe line {no}: {result!r} has two recipes; keep one per item")
-        recipes[result] = Recipe(result, int(m.group(1)), tuple(ings))
-    depth: dict[str, int] = {}
-
-    def d(item: str, seen: tuple[str, ...] = ()) -> int:
-        if item in seen:
-            raise ValueError(f"recipes are cyclic: {' -> '.join((*seen, item))}")
-        if item not in depth:
-            r = recipes.get(item)
-            depth[item] = 0 if r is None else 1 + max(d(i, (*seen, item)) for i, _ in r.ingredients)
-        return depth[item]
-
-    for item in list(recipes):
-        d(item)
-    return RecipeBook(recipes, depth)
-
-
-@cache
-def default_book() -> RecipeBook:
-    return parse_recipes(RECIPES_PATH.read_text())
+from jgem.envs.agentgym.textcraft_recipes import RecipeBook, load_book
 
 
 def _item(name: str) -> str:
@@ -121,8 +42,6 @@ class TextCraftEnv(Env):
         seed: int | None = None,
     ) -> None:
         super().__init__(seed=seed)
-        from jgem.envs.agentgym.textcraft_recipes import load_book
-
         self.book = load_book(recipes)
         self.max_depth = max(self.book.depth.values())
         if depth is not None and not 1 <= depth <= self.max_depth:

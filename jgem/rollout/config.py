@@ -1,0 +1,56 @@
+"""How episodes are played (`RolloutConfig`): plain data, light to import (the CLI and `jgem.config` read it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# The two multi-turn token layouts (`jgem.rollout.views`): one growing chat stream, or a fresh template per turn.
+View = Literal["chat", "per_turn"]
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What a decode chunk samples with: traced scalars, so changing them compiles nothing."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    greedy: bool = False
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are played. Token budgets: `max_new_tokens` per turn, `max_episode_tokens` per
+    episode (chat view: the whole stream; per-turn view: one prompt plus its action), which is also the length
+    of a KV-cache slot. `chunk_steps`: decode steps per chunk (between two looks at the envs);
+    `extend_chunk`: the most tokens one prefill call takes per slot (longer prompts are prefilled in pieces)."""
+
+    view: View = "chat"
+    max_new_tokens: int = 32
+    max_episode_tokens: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    greedy: bool = False
+    chunk_steps: int = 8
+    extend_chunk: int = 512
+    # What the env receives for a response cut at max_new_tokens (no stop token): an invalid action,
+    # which GEM's games score as a format error.
+    invalid_action: str = ""
+
+    def __post_init__(self) -> None:
+        if self.view not in ("chat", "per_turn"):
+            raise ValueError(f"RolloutConfig.view {self.view!r}; choose 'chat' or 'per_turn'")
+        if self.max_new_tokens < 1 or self.max_episode_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"need 1 <= max_new_tokens ({self.max_new_tokens}) < max_episode_tokens ({self.max_episode_tokens})"
+            )
+        if self.chunk_steps < 1:
+            raise ValueError(f"RolloutConfig.chunk_steps must be >= 1, got {self.chunk_steps}")
+        if self.extend_chunk < 16:
+            raise ValueError(f"RolloutConfig.extend_chunk must be >= 16, got {self.extend_chunk}")
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.top_p, self.top_k, self.greedy)
