@@ -1,10 +1,11 @@
 """A/B of each CPU trick in jgem.models.cpu: the workload it was made for, with the trick on and off, in turn.
 
 For every trick in `--tricks`: "on" enables all of jgem.models.cpu.TRICKS, "off" all but that one
-(JGEM_CPU_TUNING, read at trace time: each side is a jit of its own). Workloads: "train" (value and grad of the
-teacher-forced log-probs, `--batch` x `--seq`), "decode" (Sampler.generate, greedy, `--decode-batch` x `--new`
-tokens after a `--prompt` prompt; for out_in_decode the Sampler's own knob). Calls of both sides alternate
-(machine load hits both alike); the median is reported, with off/on (> 1: the trick pays). `--attention` also
+(JGEM_CPU_TUNING, read at trace time: each side is a jit of its own). Workload: "train" (value and grad of the
+teacher-forced log-probs, `--batch` x `--seq`), the one the remaining trick (matmul_vjp) was made for; the decode
+workload went with the out_in_decode trick, which served only the static `Sampler`'s decode (the rollout engine
+never read [out, in] weight copies). Calls of both sides alternate (machine load hits both alike); the median is
+reported, with off/on (> 1: the trick pays). `--attention` also
 times "xla" against "blockwise" attention (forward and backward of one layer's attention, 100m shapes) at the
 given row lengths. One JSON line per measurement.
 
@@ -27,10 +28,10 @@ from flax import nnx
 from jgem.models import attention as A
 from jgem.models.config import preset
 from jgem.models.cpu import ENV, TRICKS
-from jgem.models.sampler import Sampler, token_logprobs
+from jgem.models.head import token_logprobs
 from jgem.models.transformer import Transformer
 
-WORKLOADS = {"matmul_vjp": "train", "out_in_decode": "decode"}
+WORKLOADS = {"matmul_vjp": "train"}
 
 
 def emit(**kw) -> None:
@@ -78,23 +79,6 @@ def train_call(model, batch: int, seq: int):
     return make
 
 
-def decode_call(model, batch: int, prompt: int, new: int, out_in: bool | None):
-    graphdef, state = nnx.split(model)
-    prompts = np.random.default_rng(0).integers(1, model.cfg.vocab_size, (batch, prompt)).tolist()
-
-    def make():
-        sampler = Sampler(model.cfg, eos_ids=[], max_prompt_buckets=(prompt,), out_in_decode=out_in)
-
-        def run():
-            sampler.clear_cache()  # each call pays for its weight copies, as after every learner update
-            out = sampler.generate((graphdef, state), prompts, jax.random.key(0), max_new_tokens=new, greedy=True)
-            out.tokens.block_until_ready()
-
-        return run
-
-    return make
-
-
 def attention_call(impl: str, t: int, n: int, k: int, h: int):
     rng = np.random.default_rng(0)
     q = jnp.asarray(rng.normal(size=(1, t, n, h)), jnp.float32)
@@ -113,9 +97,6 @@ def main() -> None:
     ap.add_argument("--tricks", nargs="+", default=list(TRICKS), choices=TRICKS)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=256)
-    ap.add_argument("--decode-batch", type=int, default=8)
-    ap.add_argument("--prompt", type=int, default=64)
-    ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--attention", nargs="*", type=int, default=[], help="row lengths for xla vs blockwise")
     args = ap.parse_args()
@@ -125,12 +106,8 @@ def main() -> None:
         for trick in args.tricks:
             work = WORKLOADS[trick]
             rest = tuple(t for t in TRICKS if t != trick)
-            if work == "train":
-                make = train_call(model, args.batch, args.seq)
-                on, off = traced_with(TRICKS, make), traced_with(rest, make)
-            else:
-                on = traced_with(TRICKS, decode_call(model, args.decode_batch, args.prompt, args.new, True))
-                off = traced_with(TRICKS, decode_call(model, args.decode_batch, args.prompt, args.new, False))
+            make = train_call(model, args.batch, args.seq)
+            on, off = traced_with(TRICKS, make), traced_with(rest, make)
             t = interleaved({"on": on, "off": off}, args.reps)
             emit(model=name, trick=trick, workload=work, on_s=round(t["on"], 4), off_s=round(t["off"], 4),
                  off_over_on=round(t["off"] / t["on"], 3))  # fmt: skip

@@ -1,24 +1,24 @@
-"""Decode throughput: jgem's Sampler vs transformers' `generate` (PyTorch), same weights, greedy.
+"""Decode throughput: jgem's rollout engine vs transformers' `generate` (PyTorch), same weights, greedy.
 
 Prints one JSON line per (model, batch) plus one for the machine's f32 matmul peak (JAX), e.g.
     .venv/bin/python bench/generate.py                       # tiny and 100m at batch 1, 8, 32
     .venv/bin/python bench/generate.py --models tiny --batches 1 --reps 1
     python bench/generate.py --dtype bfloat16 --models 100m qwen3-0.6b   # on a GPU: both on the GPU
-Tokens/s count generated tokens (batch * new tokens) over the wall time of a whole generate call (prefill included,
-compilation excluded: one warm-up call first; on CPU every call also makes the sampler's [out, in] weight copies, as
-the first call after a learner update does). On CPU the process has one JAX device per usable core
-(`--cpu-devices`), and jgem decodes over a data mesh of them where `cpu_decode_mesh` says it pays (small models:
-each device decodes its rows on its own core), else on one device; `jgem_devices` in each row says which, and each
-call also places the params on the mesh. transformers runs on torch's threads (one per core). jgem and transformers
-run in turn, `--reps` rounds: tok/s and `speedup` use the best call of each, `speedup_median_round` the median over
-rounds of the two calls' ratio. Achieved FLOP/s uses 2 * matmul params per token (+ attention over the cache) over
-the same time, against the matmul peak in the same dtype (the highest of the start, a re-measure before each row and
-one measured in each round right after the jgem call: `peak_gflops` in each row): `jgem_frac_of_peak` is the best
-call over that highest peak; `jgem_frac_of_peak_median_round` the median over rounds of each call's FLOP/s over the
-peak measured in its own round (the same moment's speed of a box whose speed drifts). On a GPU the run also measures
-the memory bandwidth (a large device copy) and reports the fraction of it that the decode reaches, counting the
-fewest bytes a decode must read (every weight once per step, the KV cache up to the current length) and write (the
-new K/V).
+jgem generates as a rollout's first turn does: a `SlotEngine` of one slot per prompt, each prompt prefilled into its
+slot (`extend`), then decode chunks of `--chunk-steps` steps (the host reading each chunk's tokens between them) to
+`--new-tokens` tokens (`jgem.rollout.generate`). Tokens/s count generated tokens (batch * new tokens) over the wall
+time of a whole call (prefill included, compilation excluded: one warm-up call first). On CPU the process has
+`--cpu-devices` JAX devices (default 1); with more, the engine shards its slots over a data mesh of them and each call
+also places the params (replicated) on it; `jgem_devices` in each row says which. transformers runs on torch's threads
+(one per core). jgem and transformers run in turn, `--reps` rounds: tok/s and `speedup` use the best call of each,
+`speedup_median_round` the median over rounds of the two calls' ratio. Achieved FLOP/s uses 2 * matmul params per
+token (+ attention over the cache) over the same time, against the matmul peak in the same dtype (the highest of the
+start, a re-measure before each row and one measured in each round right after the jgem call: `peak_gflops` in each
+row): `jgem_frac_of_peak` is the best call over that highest peak; `jgem_frac_of_peak_median_round` the median over
+rounds of each call's FLOP/s over the peak measured in its own round (the same moment's speed of a box whose speed
+drifts). On a GPU the run also measures the memory bandwidth (a large device copy) and reports the fraction of it
+that the decode reaches, counting the fewest bytes a decode must read (every weight once per step, the KV cache up to
+the current length) and write (the new K/V).
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 from jgem import hostmem
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import save_pretrained
-from jgem.models.sampler import Sampler, cpu_decode_mesh
 from jgem.models.transformer import Transformer
-from jgem.sharding.mesh import MeshConfig, make_mesh
+from jgem.rollout.generate import generate
+from jgem.rollout.slots import Sampling, SlotEngine
+from jgem.sharding.config import MeshConfig
+from jgem.sharding.mesh import make_mesh
 
 
 def _best(fn, reps: int) -> float:
@@ -104,21 +106,20 @@ def model_flops(cfg: ModelConfig, batch: int, prompt: int, new: int) -> float:
     return float(total)
 
 
-def jgem_call(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: int, decode_phases: int = 4, mesh=None):
-    """A timed call of jgem's sampler (compiled on first use), on `mesh` if given (params replicated on it)."""
-    sampler = Sampler(
-        cfg, eos_ids=[], pad_id=0, max_prompt_buckets=(prompts.shape[1],), decode_phases=decode_phases, mesh=mesh
+def jgem_call(model: Transformer, cfg: ModelConfig, prompts: np.ndarray, new: int, chunk_steps: int, mesh=None):
+    """A timed call of jgem's rollout engine (its programs compiled on first use): one slot per prompt, extend, then
+    decode chunks to `new` tokens; on `mesh` if given (slots over its data axis, params replicated on it)."""
+    engine = SlotEngine(
+        cfg, num_slots=len(prompts), max_len=prompts.shape[1] + new, eos_ids=[], chunk_steps=chunk_steps, mesh=mesh
     )
     graphdef, state = nnx.split(model)
     plist = prompts.tolist()
 
     def run():
-        sampler.clear_cache()  # every call pays for its [out, in] weight copies, as after each learner update
-        # ... and for placing the params on the mesh
+        # every call pays for placing the params on the mesh, as after each learner update
         gs = (graphdef, state if mesh is None else jax.device_put(state, NamedSharding(mesh, PartitionSpec())))
-        out = sampler.generate(gs, plist, jax.random.key(0), max_new_tokens=new, greedy=True)
-        out.tokens.block_until_ready()
-        assert int(np.asarray(out.lengths).min()) == new, "every row must generate all tokens (no EOS here)"
+        out = generate(engine, gs, plist, jax.random.key(0), max_new_tokens=new, sampling=Sampling(greedy=True))
+        assert min(t.size for t, _ in out) == new, "every row must generate all tokens (no EOS here)"
 
     return run
 
@@ -164,19 +165,14 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5, help="timed rounds (jgem and transformers in turn); best reported")
     ap.add_argument("--no-torch", action="store_true", help="skip the transformers peer")
-    ap.add_argument("--decode-phases", type=int, default=4, help="Sampler(decode_phases=...); 1: one decode loop")
-    ap.add_argument(
-        "--ab-decode-phases", type=int, default=None, help="also time jgem with this decode_phases, in the same rounds"
-    )
+    ap.add_argument("--chunk-steps", type=int, default=8, help="decode steps per engine chunk (RolloutConfig's)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights and compute, both")
     ap.add_argument(
         "--cpu-devices",
         type=int,
-        default=len(os.sched_getaffinity(0)),
-        help="JAX CPU devices (default: one per usable core); jgem decodes over a data mesh of them where "
-        "`cpu_decode_mesh` says it pays (small models), else on one",
+        default=1,
+        help="JAX CPU devices; with more than one, the engine's slots are sharded over a data mesh of them",
     )
-    ap.add_argument("--ab-cpu-mesh", action="store_true", help="also time jgem on the other device choice")
     hostmem.add_flag(ap)
     args = ap.parse_args()
     hostmem.from_flag(args)  # jgem's and transformers' runs share the process and the setting
@@ -205,18 +201,13 @@ def main() -> None:
             prompts = rs.randint(1, cfg.vocab_size, (b, args.prompt_len)).astype(np.int32)
             n_tok = b * args.new_tokens
             peak = max(peak, matmul_peak(args.dtype))  # re-measured: load on a shared box drifts; highest so far
-            mesh = cpu_decode_mesh(cfg, b)
+            several_cpus = jax.default_backend() == "cpu" and len(jax.local_devices()) > 1
+            mesh = make_mesh(MeshConfig(data=-1), jax.local_devices()) if several_cpus else None
             round_peaks: list[float] = []  # one per round, measured right after the jgem call
             calls = {
-                "jgem": jgem_call(model, cfg, prompts, args.new_tokens, args.decode_phases, mesh),
+                "jgem": jgem_call(model, cfg, prompts, args.new_tokens, args.chunk_steps, mesh),
                 "peak": lambda out=round_peaks: out.append(matmul_peak(args.dtype, reps=3)),
             }
-            if args.ab_decode_phases is not None:
-                calls["jgem_ab"] = jgem_call(model, cfg, prompts, args.new_tokens, args.ab_decode_phases, mesh)
-            other = None
-            if args.ab_cpu_mesh and not on_gpu():
-                other = None if mesh is not None else make_mesh(MeshConfig(data=-1), jax.local_devices())
-                calls["jgem_other"] = jgem_call(model, cfg, prompts, args.new_tokens, args.decode_phases, other)
             if hf_model is not None:
                 calls["transformers"] = torch_call(hf_model, prompts, args.new_tokens)
             times = interleaved(calls, args.reps)
@@ -231,14 +222,10 @@ def main() -> None:
                 "batch": b,
                 "prompt_len": args.prompt_len,
                 "new_tokens": args.new_tokens,
+                "chunk_steps": args.chunk_steps,
                 "jgem_devices": 1 if mesh is None else mesh.size,
                 "jgem_tok_s": round(n_tok / t_j, 1),
             }
-            if "jgem_other" in calls:
-                n_other = 1 if other is None else other.size
-                row[f"jgem_{n_other}_devices_tok_s"] = round(n_tok / min(times["jgem_other"]), 1)
-            if args.ab_decode_phases is not None:
-                row[f"jgem_decode_phases_{args.ab_decode_phases}_tok_s"] = round(n_tok / min(times["jgem_ab"]), 1)
             flops = model_flops(cfg, b, args.prompt_len, args.new_tokens)
             gflops = flops / t_j / 1e9
             paired = np.median([flops / t / 1e9 / p for t, p in zip(times["jgem"], round_peaks)])

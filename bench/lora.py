@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jgem.algos.learner import LearnerConfig, init_train_state, update
+from jgem.algos.config import LearnerConfig
+from jgem.algos.learner import init_train_state, update
 from jgem.algos.types import TrainBatch
 from jgem.models.config import PRESETS, LoraConfig, ModelConfig, preset
 from jgem.models.transformer import Transformer

@@ -4,7 +4,10 @@ jgem: `RolloutEngine` (one KV-cache slot per env, continuous batching: decode ch
 generating slots, each finished action sent to its env at once, only new tokens prefilled) on a thread-backend
 `EnvPool`. Peer: `StaticCollector` below, the static-batch path jgem had before the engine (the old
 `jgem.rollout.collector.Collector`, chat view): the envs split into `num_groups=2` fixed groups taking turns; each
-turn, a group's whole prompts are prefilled again by `Sampler.generate` and `pool.step` waits for the whole group.
+turn, a group's whole prompts are prefilled again by a static-batch generate call and `pool.step` waits for the whole
+group. The generate call is `bench/baselines/static_generate.py` (the old `Sampler.generate` rebuilt on the model's
+one cache type: a fresh cache per call, rows padded to the group's longest prompt, one decode loop to the group's
+longest answer).
 Same model (random init), tokenizer, specs, seeds, sampling settings and pool for both.
 
 Workload: an untrained model's actions are noise, so each env plays its game's scripted solver instead
@@ -42,16 +45,17 @@ from typing import Any
 
 import jax
 import numpy as np
+from baselines.static_generate import StaticGenerate
 from flax import nnx
 
 from jgem.core import Env, Wrapper
 from jgem.envs.games.solvers import solver_for
 from jgem.envs.pool import EnvPool
 from jgem.models.config import preset
-from jgem.models.sampler import Sampler
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
 from jgem.models.transformer import Transformer
-from jgem.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, RolloutStats
+from jgem.rollout.config import RolloutConfig
+from jgem.rollout.engine import EpisodeSpec, RolloutEngine, RolloutStats
 from jgem.rollout.episode import Episode, Transition
 from jgem.rollout.views import first_prompt, next_prompt, wrappers_for_view
 
@@ -119,7 +123,7 @@ class Timers:
 
 class StaticCollector:
     """jgem's static-batch rollout path (the old `Collector`, chat view): the pool's envs split into `num_groups`
-    fixed groups that take turns. A group's turn: `Sampler.generate` on every live env's whole prompt (dispatched
+    fixed groups that take turns. A group's turn: `StaticGenerate.generate` on every live env's whole prompt (dispatched
     async, so the host steps another group's envs meanwhile), then `pool.step` waits for all of the group's envs.
     `turn_token_limit` cuts each row's action (the call generates the group's longest limit). Counts what
     `RolloutStats` counts."""
@@ -128,21 +132,21 @@ class StaticCollector:
         self,
         pool: EnvPool,
         chat: ChatFormat,
-        sampler: Sampler,
+        generator: StaticGenerate,
         cfg: RolloutConfig,
         *,
         num_groups: int = 2,
         env_name: str = "",
         turn_token_limit: Callable[[EpisodeSpec, int], int] | None = None,
     ) -> None:
-        self.pool, self.chat, self.sampler, self.cfg, self.env_name = pool, chat, sampler, cfg, env_name
+        self.pool, self.chat, self.generator, self.cfg, self.env_name = pool, chat, generator, cfg, env_name
         self.turn_token_limit = turn_token_limit
         self.groups = [list(map(int, g)) for g in np.array_split(np.arange(pool.num_envs), num_groups)]
         self.stats = RolloutStats()
 
     def collect(self, model: Any, specs: Sequence[EpisodeSpec], rng: jax.Array, *, max_turns: int) -> list[Episode]:
         model = nnx.split(model) if isinstance(model, nnx.Module) else model
-        s, c, sampler = RolloutStats(), self.cfg, self.sampler
+        s, c, gen = RolloutStats(), self.cfg, self.generator
         self.stats = s
         queue, live, finished, inflight = list(reversed(specs)), {}, {}, {}
 
@@ -155,8 +159,8 @@ class StaticCollector:
             key = jax.random.fold_in(rng, s.decode_chunks)
             s.decode_chunks += 1
             s.prefill_tokens += sum(map(len, prompts))
-            s.prefill_computed += sampler._bucket_batch(len(ids)) * sampler._bucket_prompt(max(map(len, prompts)))
-            out = sampler.generate(
+            s.prefill_computed += gen.bucket_batch(len(ids)) * gen.bucket_prompt(max(map(len, prompts)))
+            out = gen.generate(
                 model,
                 prompts,
                 key,
@@ -177,7 +181,7 @@ class StaticCollector:
                     continue
                 ids, limits, out = inflight.pop(g)
                 tokens, logprobs, lengths = self._fetch(out)  # waits for this group's sampling only
-                s.decode_rows += sampler._bucket_batch(len(ids)) * int(lengths.max())
+                s.decode_rows += gen.bucket_batch(len(ids)) * int(lengths.max())
                 actions = []
                 for j, lim in enumerate(limits):
                     k = min(int(lengths[j]), lim)
@@ -312,7 +316,7 @@ def instrument(side: str, runner: Any, pool: EnvPool, timers: Timers, *, block: 
         timers.wrap(pool, "recv", lambda timeout=None, **_: "wait_env" if timeout is None else "poll_env")
     else:
         timers.wrap(runner, "_fetch", "wait_device")
-        timers.wrap(runner.sampler, "generate", "generate", sync)
+        timers.wrap(runner.generator, "generate", "generate", sync)
         timers.wrap(pool, "step", "wait_env")
         timers.wrap(pool, "recv", "wait_env")
 
@@ -436,14 +440,14 @@ def run_env(args, model_name: str, mcfg, model, chat: ChatFormat, env_id: str) -
     wrappers += wrappers_for_view("chat")
     pool = EnvPool(env_id, args.num_envs, backend="thread", wrappers=wrappers)
     engine = RolloutEngine(mcfg, pool, chat, rcfg, env_name=env_id, turn_token_limit=limit)
-    sampler = Sampler(mcfg, eos_ids=chat.stop_token_ids, pad_id=chat.pad_id)
-    static = StaticCollector(pool, chat, sampler, rcfg, num_groups=2, env_name=env_id, turn_token_limit=limit)
+    generator = StaticGenerate(mcfg, eos_ids=chat.stop_token_ids, pad_id=chat.pad_id)
+    static = StaticCollector(pool, chat, generator, rcfg, num_groups=2, env_name=env_id, turn_token_limit=limit)
     runners = {"jgem": engine, "static": static}
     key = jax.random.key(args.seed)
     out: dict[str, Any] = {"kind": "result", "model": model_name, "env": env_id}
     episodes: dict[str, list[Episode]] = {}
     try:
-        compiled = {"jgem": lambda: engine.num_compilations, "static": lambda: sampler.num_compilations}
+        compiled = {"jgem": lambda: engine.num_compilations, "static": lambda: generator.num_compilations}
         for side, r in runners.items():  # warm-up: the same workload, until a pass compiles no new shape
             t = time.perf_counter()
             passes = 0
@@ -463,7 +467,7 @@ def run_env(args, model_name: str, mcfg, model, chat: ChatFormat, env_id: str) -
             episodes[side] = r.collect(model, specs, key, max_turns=args.max_turns)
             wall = time.perf_counter() - t
             CLOCK.on = False
-            uninstrument(r, pool, sampler, getattr(r, "slots", r))
+            uninstrument(r, pool, generator, getattr(r, "slots", r))
             counts = (warm[side], compiled[side]() - warm[side])
             out[side] = side_row(r.stats, wall, timers, counts, CLOCK.seconds)
         for side, r in runners.items() if args.profile else ():
@@ -472,7 +476,7 @@ def run_env(args, model_name: str, mcfg, model, chat: ChatFormat, env_id: str) -
             t = time.perf_counter()
             r.collect(model, specs, key, max_turns=args.max_turns)
             wall = time.perf_counter() - t
-            uninstrument(r, pool, sampler, getattr(r, "slots", r))
+            uninstrument(r, pool, generator, getattr(r, "slots", r))
             print(json.dumps(profile_row(side, r.stats, wall, timers) | {"model": model_name, "env": env_id}))
     finally:
         pool.close()

@@ -30,7 +30,8 @@ import torch
 from flax import nnx
 
 from jgem import hostmem
-from jgem.algos.learner import LearnerConfig, init_train_state, update
+from jgem.algos.config import LearnerConfig
+from jgem.algos.learner import init_train_state, update
 from jgem.algos.types import TrainBatch
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import save_pretrained

@@ -26,8 +26,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from jgem.models.config import preset
+    from jgem.models.head import token_logprobs
     from jgem.models.hf import save_pretrained
-    from jgem.models.sampler import token_logprobs
     from jgem.models.transformer import Transformer
 
     torch.set_num_threads(int(os.environ.get("NT", "2")))

@@ -1,9 +1,10 @@
 """Per-op time breakdown of a jitted jgem computation on XLA:CPU, from a `jax.profiler` trace.
 
 Times one call of either the model's forward+backward (`--what grad`, the learner's `token_logprobs` loss or
-the plain hidden states' sum of squares) or a greedy `Sampler.generate` (`--what generate`), and prints the
-compiled ops grouped by (output shape, source op), most expensive first, with their share of the summed op
-time. Useful to find copies / transposes around dots and to tell dot time from everything else.
+the plain hidden states' sum of squares) or the rollout engine's decode (`--what generate`: one greedy chunk of
+`--new-tokens` steps over `--batch` slots holding 64-token prompts), and prints the compiled ops grouped by (output
+shape, source op), most expensive first, with their share of the summed op time. Useful to find copies /
+transposes around dots and to tell dot time from everything else.
 
     .venv/bin/python scripts/profile_ops.py --what grad --layers 2
     .venv/bin/python scripts/profile_ops.py --what generate --batch 32 --new-tokens 32
@@ -32,8 +33,9 @@ import numpy as np
 from flax import nnx
 
 from jgem.models.config import preset
-from jgem.models.sampler import Sampler, token_logprobs
+from jgem.models.head import token_logprobs
 from jgem.models.transformer import Transformer
+from jgem.rollout.slots import Sampling, SlotEngine
 
 
 def _trace_ops(fn, hlo_text: str) -> list[tuple[str, float, int]]:
@@ -99,22 +101,18 @@ def main() -> None:
         hlo = compiled.as_text()
         fn = lambda: jax.block_until_ready(compiled(params))  # noqa: E731
     else:
-        sampler = Sampler(cfg, eos_ids=[-1])
-        prompts = [list(rng.integers(0, cfg.vocab_size, 64)) for _ in range(args.batch)]
-        fn = lambda: jax.block_until_ready(  # noqa: E731
-            sampler.generate(model, prompts, jax.random.key(0), max_new_tokens=args.new_tokens, greedy=True)
-        )
-        seen = {}
-        jitted = sampler._jit
-
-        def capture(*a):  # records generate's arguments to lower the same executable for its HLO text
-            seen["args"] = a
-            return jitted(*a)
-
-        sampler._jit = capture
-        fn()
-        sampler._jit = jitted
-        hlo = jitted.lower(*seen["args"]).compile().as_text()
+        b, new = args.batch, args.new_tokens
+        # a slot of a power of two >= 64 + new: the chunk attends the whole slot (its window), as lowered below
+        max_len = max(128, 1 << (63 + new).bit_length())
+        engine = SlotEngine(cfg, num_slots=b, max_len=max_len, eos_ids=[], chunk_steps=new)
+        split = nnx.split(model)
+        prompts = rng.integers(0, cfg.vocab_size, (b, 64)).tolist()
+        engine.extend(split, [(i, p[:-1], 0) for i, p in enumerate(prompts)])
+        slots, last = list(range(b)), [p[-1] for p in prompts]
+        # every call decodes the same chunk again: the same state, from the prompts' last tokens
+        chunk = (slots, last, [63] * b, [0] * b, [new] * b, slots, [0] * b, jax.random.key(0), Sampling(greedy=True))
+        fn = lambda: engine.fetch(engine.decode(split, *chunk)[0])  # noqa: E731
+        hlo = engine.lower_decode(split, b, max_len).compile().as_text()
     fn()  # warm
     t0 = time.perf_counter()
     fn()

@@ -1,1 +1,1 @@
-"""Flax NNX models, HF checkpoints, tokenizers and the sampler."""
+"""Flax NNX models, HF checkpoints, tokenizers and the vocab head's log-probs (sampling is the rollout engine's)."""

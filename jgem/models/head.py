@@ -1,9 +1,12 @@
-"""Per-token log-probs and entropy of the vocab head, chunked over tokens, with a hand-written backward pass.
+"""The model's vocab head as the learner reads it: per-token log-probs and entropy, chunked over tokens, with a
+hand-written backward pass.
 
-`vocab_logprobs(h, targets, w, ...)` is what autodiff of `log_softmax(h @ W^T / temperature)` would give, with
-memory O(chunk * V) instead of O(N * V): the forward pass keeps only each token's log-normaliser and entropy, and
-the backward pass recomputes one chunk of logits at a time. Writing the backward by hand (rather than
-`jax.checkpoint` around the chunk) saves work autodiff cannot see is unneeded:
+`token_logprobs(model, tokens, positions, ...)` is the teacher-forced forward of every learner and reference
+policy: log p(tokens[t] | tokens[<t]) under a `Transformer`. Its vocab projection, `vocab_logprobs(h, targets, w,
+...)`, is what autodiff of `log_softmax(h @ W^T / temperature)` would give, with memory O(chunk * V) instead of
+O(N * V): the forward pass keeps only each token's log-normaliser and entropy, and the backward pass recomputes one
+chunk of logits at a time. Writing the backward by hand (rather than `jax.checkpoint` around the chunk) saves work
+autodiff cannot see is unneeded:
 
 - one fused pass gives the logits' cotangent `g_lp * (onehot - p)`, with no scatter and no transposed copy of
   the [chunk, V] block for the weight gradient;
@@ -17,12 +20,60 @@ skips its vocab matmul (the learner does so when they fit in `LearnerConfig.keep
 from __future__ import annotations
 
 import functools
+import math
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+if TYPE_CHECKING:
+    from jgem.models.transformer import Transformer
+
 Array = jax.Array
+__all__ = ["token_logprobs", "vocab_logprobs"]
+
+
+def token_logprobs(
+    model: Transformer,
+    tokens: Array,
+    positions: Array,
+    segment_ids: Array | None = None,
+    *,
+    chunk_size: int = 1024,
+    temperature: float = 1.0,
+    keep_logits_mb: float = 0.0,
+) -> tuple[Array, Array]:
+    """logprobs, entropy f32[B,T]: logprobs[:, t] = log p(tokens[:, t] | tokens[:, <t]); entropy[:, t] is the
+    entropy of that predictive distribution. Both are 0 at t=0, at segment starts and on padding (segment 0).
+    With `temperature` t, of softmax(logits / t): the behaviour log-probs the rollout engine records (before
+    top-p / top-k truncation, `jgem.rollout.sampling.sample_logits`).
+
+    The vocab projection runs over chunks of `chunk_size` tokens, recomputed in the backward pass
+    (`vocab_logprobs`), so memory stays O(chunk_size * V) whatever B*T is; unless all B*T x V float32 logits
+    take at most `keep_logits_mb` MB: then they are computed in one piece and the backward pass reuses them.
+    Differentiable.
+    """
+    h, _ = model.hidden(tokens, positions, segment_ids=segment_ids)
+    b, t, d = h.shape
+    h_prev = jnp.concatenate([jnp.zeros((b, 1, d), h.dtype), h[:, :-1]], axis=1)  # h_prev[t] predicts tokens[t]
+    first = jnp.arange(t)[None, :] == 0
+    if segment_ids is None:
+        valid = jnp.broadcast_to(~first, (b, t))
+    else:
+        prev_seg = jnp.concatenate([jnp.zeros((b, 1), segment_ids.dtype), segment_ids[:, :-1]], axis=1)
+        valid = ~first & (segment_ids == prev_seg) & (segment_ids != 0)
+    n = b * t
+    keep = n * model.cfg.vocab_size * 4 <= keep_logits_mb * 2**20
+    c = n if keep else max(1, min(chunk_size, n))  # kept logits need no chunking: one bigger matmul
+    chunks = math.ceil(n / c)
+    hf = jnp.pad(h_prev.reshape(n, d), ((0, chunks * c - n), (0, 0)))
+    tf = jnp.pad(tokens.reshape(n), (0, chunks * c - n))
+    w, vocab_major = model.head_weight(h.dtype)
+    lp, ent = vocab_logprobs(hf, tf, w, temperature, chunk=c, vocab_major=vocab_major, keep_logits=keep)
+    lp = lp[:n].reshape(b, t)
+    ent = ent[:n].reshape(b, t)
+    return jnp.where(valid, lp, 0.0), jnp.where(valid, ent, 0.0)
 
 
 def vocab_logprobs(

@@ -95,11 +95,9 @@ def dense(x: Array, w: Array) -> Array:
 
 
 def project(x: Array, p: nnx.Param, lora: nnx.LoRA | None = None, scale: float = 1.0) -> Array:
-    """x[..., K] times the projection `p`, stored [in..., out...] and read as [K, N] -> [..., N] in x's dtype;
-    inside `cpu.out_in_weights` (the CPU decode), `p` holds its [N, K] copy instead. With a LoRA adapter, plus
-    scale * (x A) B (A[K, rank], B[rank, N])."""
-    w = p[...].astype(x.dtype)
-    y = cpu.dense_out_in(x, w) if cpu.out_in_active() else dense(x, w.reshape(x.shape[-1], -1))
+    """x[..., K] times the projection `p`, stored [in..., out...] and read as [K, N] -> [..., N] in x's dtype.
+    With a LoRA adapter, plus scale * (x A) B (A[K, rank], B[rank, N])."""
+    y = dense(x, p[...].astype(x.dtype).reshape(x.shape[-1], -1))
     return y if lora is None else y + scale * lora(x)
 
 
@@ -147,11 +145,11 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), cfg)
 
     def __call__(
-        self, x: Array, cos: Array, sin: Array, mask: Mask, kv: tuple[Array, Array] | None, end: Array | None
+        self, x: Array, cos: Array, sin: Array, mask: Mask, kv: tuple[Array, Array] | None, slots: Array | None
     ) -> tuple[Array, tuple[Array, Array] | None]:
         """x[B,T,D] -> out[B,T,D], attending as `mask` says; with a cache kv = (keyT[B,K,H,S], value[B,K,S,H]),
-        the new keys and values go to slots [end, end+T) for a scalar `end`, or to slot end[b,t] for an int32[B,T]
-        `end` (the rollout engine's slot cache; slots >= S are dropped)."""
+        token t of row b writes its key and value to slot slots[b,t] (int32[B,T]; a slot >= S writes nothing) and
+        attends the cache."""
         dt = x.dtype
         b, t = x.shape[:2]
         n, kh, h = self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim
@@ -167,22 +165,15 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         # The cache's layouts, keyT[B,K,H,S] and value[B,K,S,H], are what `attention` takes.
-        if kv is not None and end.ndim:  # per-token slots: scatter [B,T,K,H] rows into keyT[B,K,H,S], value[B,K,S,H]
+        if kv is None:
+            k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
+        else:  # scatter the [B,T,K,H] rows to their slots
             ck, cv = kv
             rows = jnp.arange(b)[:, None]
-            ck = ck.at[rows, :, :, end].set(k.astype(ck.dtype), mode="drop")
-            cv = cv.at[rows, :, end, :].set(v.astype(cv.dtype), mode="drop")
+            ck = ck.at[rows, :, :, slots].set(k.astype(ck.dtype), mode="drop")
+            cv = cv.at[rows, :, slots, :].set(v.astype(cv.dtype), mode="drop")
             kv = (ck, cv)
             k, v = ck, cv
-        else:
-            k, v = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
-            if kv is not None:
-                ck, cv = kv
-                zero = jnp.zeros((), jnp.int32)
-                ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), (zero, zero, zero, end))
-                cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), (zero, zero, end, zero))
-                kv = (ck, cv)
-                k, v = ck, cv
         out = constrain(attention(q, k, v, mask, self.cfg.attention), HEADS)  # [B,T,N,H]
         # "BTNH,NHD->BTD" as one [B*T, N*H] x [N*H, D] matmul
         return project(out.reshape(b, t, n * h), self.o, self.o_lora, s), kv
@@ -213,7 +204,7 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
         self.mlp = MLP(cfg, rngs=rngs, lora_rngs=lora_rngs)
 
-    def __call__(self, x, cos, sin, mask, kv, end):
-        a, kv = self.attn(self.attn_norm(x), cos, sin, mask, kv, end)
+    def __call__(self, x, cos, sin, mask, kv, slots):
+        a, kv = self.attn(self.attn_norm(x), cos, sin, mask, kv, slots)
         x = constrain(x + a, ACTIVATIONS)
         return constrain(x + self.mlp(self.mlp_norm(x)), ACTIVATIONS), kv

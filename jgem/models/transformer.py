@@ -1,7 +1,8 @@
 """Flax NNX decoder-only transformer (Qwen3 / Qwen2 / Llama) with a KV cache and logical-axis annotations.
 
-Prefill, one-token decode and the teacher-forced forward are the same `__call__`:
-attention is causal over slots, and with `segment_ids` a token only sees its own segment (0 = padding).
+The teacher-forced forward, prefill and one-token decode are the same `__call__`: without a cache, attention is
+causal within each segment of `segment_ids` (0 = padding); with a `SlotCache`, each token is written at the slot of
+its position and attends the slots up to it.
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jgem.models import cpu
 from jgem.models.attention import Mask
 from jgem.models.config import ModelConfig
-from jgem.models.kvcache import KVCache, SlotCache, init_cache
+from jgem.models.kvcache import SlotCache
 from jgem.models.layers import ACTIVATIONS, Block, RMSNorm, param, rope_inv_freq, rope_tables
 from jgem.models.platform import platform
 from jgem.sharding.rules import constrain
 
-__all__ = ["KVCache", "SlotCache", "Transformer", "init_cache", "remat_policy", "scans_layers"]
+__all__ = ["SlotCache", "Transformer", "remat_policy", "scans_layers"]
 
 Array = jax.Array
 LORA_STREAM = 0x10A  # folded into the params key for the adapters' stream
@@ -65,8 +65,8 @@ class Transformer(nnx.Module):
         positions: Array,
         *,
         segment_ids: Array | None = None,
-        cache: KVCache | SlotCache | None = None,
-    ) -> tuple[Array, KVCache | SlotCache | None]:
+        cache: SlotCache | None = None,
+    ) -> tuple[Array, SlotCache | None]:
         """tokens, positions[B,T] -> (h[B,T,D] after the final norm, updated cache).
 
         With a `SlotCache`, each token's key and value go to the slot of its position, queries attend the slots up
@@ -77,18 +77,13 @@ class Transformer(nnx.Module):
         cos, sin = rope_tables(positions, rope_inv_freq(cfg), dt)
         b, t = tokens.shape
         seg = jnp.ones((b, t), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
-        if isinstance(cache, SlotCache):  # query position p sees slots 0..p: no segments
-            s = cache.max_len
-            end = jnp.where(seg != 0, positions, s).astype(jnp.int32)  # write slots; s is out of range: dropped
-            mask = Mask(positions.astype(jnp.int32), jnp.zeros((b, t), jnp.int32), jnp.zeros((b, s), jnp.int32))
-        elif cache is None:
-            end = None
+        if cache is None:
+            slots = None
             mask = Mask.causal(seg)
-        else:
-            end = cache.end
-            kv_seg = jax.lax.dynamic_update_slice(cache.segment_ids, seg, (jnp.zeros((), jnp.int32), end))
-            q_slot = jnp.broadcast_to(end + jnp.arange(t, dtype=jnp.int32), (b, t))
-            mask = Mask(q_slot, seg, kv_seg)
+        else:  # query position p sees slots 0..p: no segments
+            s = cache.max_len
+            slots = jnp.where(seg != 0, positions, s).astype(jnp.int32)  # write slots; s is out of range: dropped
+            mask = Mask(positions.astype(jnp.int32), jnp.zeros((b, t), jnp.int32), jnp.zeros((b, s), jnp.int32))
         remat, policy = remat_policy(cfg.remat)
         ks, vs = [], []
         if cache is None and scans_layers(cfg):
@@ -98,32 +93,25 @@ class Transformer(nnx.Module):
             step = functools.partial(_remat_block, policy=policy) if remat and cache is None else _block
             for i, layer in enumerate(self.layers):
                 kv = None if cache is None else (cache.k[i], cache.v[i])
-                x, kv = step(layer, x, cos, sin, mask, kv, end)
+                x, kv = step(layer, x, cos, sin, mask, kv, slots)
                 if kv is not None:
                     ks.append(kv[0])
                     vs.append(kv[1])
         h = self.final_norm(x)
-        if isinstance(cache, SlotCache):
+        if cache is not None:
             cache = SlotCache(k=tuple(ks), v=tuple(vs))
-        elif cache is not None:
-            cache = KVCache(k=tuple(ks), v=tuple(vs), segment_ids=kv_seg, end=end + tokens.shape[1])
         return h, cache
 
     def head_weight(self, dtype) -> tuple[Array, bool]:
-        """(the vocab projection in `dtype`, whether it is [V,D] (the tied embedding, or `lm_head` in a state
-        converted for `cpu.out_in_weights`) rather than [D,V])."""
+        """(the vocab projection in `dtype`, whether it is [V,D] (the tied embedding) rather than [D,V] (`lm_head`))."""
         if self.cfg.tie_word_embeddings:
             return self.embed[...].astype(dtype), True
-        return self.lm_head[...].astype(dtype), cpu.out_in_active()
+        return self.lm_head[...].astype(dtype), False
 
-    def logits(self, h: Array, *, vocab_first: bool = False) -> Array:
-        """h[B,T,D] -> logits f32[B,T,V]; with `vocab_first`, f32[V, B*T] (the decode's layout inside
-        `cpu.out_in_weights`, where the head is computed as [V,D] @ h^T and this skips transposing its result)."""
+    def logits(self, h: Array) -> Array:
+        """h[B,T,D] -> logits f32[B,T,V]."""
         w, vocab_major = self.head_weight(h.dtype)
-        if vocab_major and cpu.out_in_active():  # decode: [V,D] @ h^T, the weight streamed as the left operand
-            return cpu.dense_out_in(h, w, preferred_element_type=jnp.float32, out_major=vocab_first)
-        out = jnp.einsum("BTD,VD->BTV" if vocab_major else "BTD,DV->BTV", h, w, preferred_element_type=jnp.float32)
-        return out.reshape(-1, out.shape[-1]).T if vocab_first else out
+        return jnp.einsum("BTD,VD->BTV" if vocab_major else "BTD,DV->BTV", h, w, preferred_element_type=jnp.float32)
 
     def value(self, h: Array) -> Array:
         """The critic's scalar head: h[B,T,D] -> f32[B,T]."""
@@ -132,15 +120,15 @@ class Transformer(nnx.Module):
         return jnp.einsum("BTD,D->BT", h.astype(jnp.float32), self.value_w[...]) + self.value_b[...]
 
     def __call__(
-        self, tokens: Array, positions: Array, *, segment_ids: Array | None = None, cache: KVCache | None = None
-    ) -> tuple[Array, KVCache | None]:
+        self, tokens: Array, positions: Array, *, segment_ids: Array | None = None, cache: SlotCache | None = None
+    ) -> tuple[Array, SlotCache | None]:
         """tokens, positions[B,T] -> (logits f32[B,T,V], updated cache or None)."""
         h, cache = self.hidden(tokens, positions, segment_ids=segment_ids, cache=cache)
         return self.logits(h), cache
 
 
-def _block(layer: Block, x, cos, sin, mask, kv, end):
-    return layer(x, cos, sin, mask, kv, end)
+def _block(layer: Block, x, cos, sin, mask, kv, slots):
+    return layer(x, cos, sin, mask, kv, slots)
 
 
 def scans_layers(cfg: ModelConfig) -> bool:

@@ -11,10 +11,11 @@ from flax import nnx
 
 from jgem.models.config import LORA_TARGETS, LoraConfig, preset
 from jgem.models.hf import load_pretrained, save_pretrained
-from jgem.models.kvcache import init_cache
+from jgem.models.kvcache import init_slots
 from jgem.models.lora import merged, trainable
 from jgem.models.transformer import Transformer
-from jgem.sharding.mesh import MeshConfig, make_mesh
+from jgem.sharding.config import MeshConfig
+from jgem.sharding.mesh import make_mesh
 from jgem.sharding.rules import tree_shardings
 
 CFG = preset("tiny", num_layers=2, hidden_size=64, intermediate_size=96, num_heads=4, num_kv_heads=2, head_dim=16)
@@ -52,7 +53,7 @@ def test_an_adapted_model_starts_equal_to_its_base():
     assert all((a != 0).any() if p[-1] == "lora_a" else not a.any() for p, a in adapters.items())  # B = 0, A random
     # logits, teacher-forced and through a cache, bit-equal the base model's
     np.testing.assert_array_equal(_logits(adapted, TOKENS, POSITIONS), _logits(base, TOKENS, POSITIONS))
-    cache = init_cache(CFG, 2, 32)
+    cache = init_slots(CFG, 2, 32)
     np.testing.assert_array_equal(_logits(adapted, TOKENS, POSITIONS, cache), _logits(base, TOKENS, POSITIONS, cache))
 
 

@@ -1,4 +1,5 @@
-"""jgem vs transformers' PyTorch models on the same random weights (float32)."""
+"""jgem vs transformers' PyTorch models on the same random weights (float32): logits, and greedy generation through
+the rollout engine's slots (`jgem.rollout.generate`)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +8,9 @@ import pytest
 from flax import nnx
 
 from jgem.models.hf import load_pretrained
-from jgem.models.sampler import Sampler
+from jgem.rollout.config import Sampling
+from jgem.rollout.generate import generate
+from jgem.rollout.slots import SlotEngine
 from tests.models.helpers import VOCAB, save_hf, torch_logits, torch_model
 
 pytest.importorskip("torch")
@@ -43,9 +46,10 @@ def test_greedy_generate_matches_transformers(pair):
     family, tm, model, cfg = pair
     rs = np.random.RandomState(1)
     prompts = [rs.randint(0, VOCAB, n).tolist() for n in (3, 17, 9)]
-    sampler = Sampler(cfg, eos_ids=[], max_prompt_buckets=(32,))
-    out = sampler.generate(model, prompts, jax.random.key(0), max_new_tokens=24, greedy=True)
-    ours = np.asarray(out.tokens)
+    # chunks of 5 steps: a prompt's tokens come from several decode chunks, each continuing the slot's state
+    engine = SlotEngine(cfg, num_slots=4, max_len=64, eos_ids=[], chunk_steps=5)
+    out = generate(engine, model, prompts, jax.random.key(0), max_new_tokens=24, sampling=Sampling(greedy=True))
+    assert [t.size for t, _ in out] == [24, 24, 24]
     for i, p in enumerate(prompts):
         with torch.no_grad():
             ref = tm.generate(
@@ -56,5 +60,4 @@ def test_greedy_generate_matches_transformers(pair):
                 eos_token_id=None,
                 pad_token_id=0,
             )
-        assert ours[i].tolist() == ref[0, len(p) :].tolist(), f"{family} prompt {i}"
-    assert np.asarray(out.lengths).tolist() == [24, 24, 24]
+        assert out[i][0].tolist() == ref[0, len(p) :].tolist(), f"{family} prompt {i}"

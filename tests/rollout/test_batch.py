@@ -322,7 +322,7 @@ def test_chat_and_per_turn_views_give_the_same_loss_and_gradient():
     from flax import nnx
 
     from jgem.models.config import preset
-    from jgem.models.sampler import token_logprobs
+    from jgem.models.head import token_logprobs
     from jgem.models.transformer import Transformer
 
     model = Transformer(preset("tiny", num_layers=1), rngs=nnx.Rngs(0))

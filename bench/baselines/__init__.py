@@ -1,0 +1,1 @@
+"""Peers that bench/ measures jgem against, kept here rather than in jgem/ (jgem has one generation path)."""
