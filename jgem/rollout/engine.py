@@ -37,48 +37,12 @@ from flax import nnx
 from jgem.envs.pool import EnvPool
 from jgem.models.config import ModelConfig
 from jgem.models.tokenizer import ChatFormat
+from jgem.rollout.config import RolloutConfig, Sampling
 from jgem.rollout.episode import Episode, Transition
-from jgem.rollout.slots import Sampling, SlotEngine
-from jgem.rollout.views import View, first_prompt, observation_suffix, wrappers_for_view
+from jgem.rollout.slots import SlotEngine
+from jgem.rollout.views import first_prompt, observation_suffix, wrappers_for_view
 
-__all__ = ["EpisodeSpec", "RolloutConfig", "RolloutEngine", "RolloutStats", "wrappers_for_view"]
-
-
-@dataclass(frozen=True)
-class RolloutConfig:
-    """How episodes are played. Token budgets: `max_new_tokens` per turn, `max_episode_tokens` per
-    episode (chat view: the whole stream; per-turn view: one prompt plus its action), which is also the length
-    of a KV-cache slot. `chunk_steps`: decode steps per chunk (between two looks at the envs);
-    `extend_chunk`: the most tokens one prefill call takes per slot (longer prompts are prefilled in pieces)."""
-
-    view: View = "chat"
-    max_new_tokens: int = 32
-    max_episode_tokens: int = 1024
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    greedy: bool = False
-    chunk_steps: int = 8
-    extend_chunk: int = 512
-    # What the env receives for a response cut at max_new_tokens (no stop token): an invalid action,
-    # which GEM's games score as a format error.
-    invalid_action: str = ""
-
-    def __post_init__(self) -> None:
-        if self.view not in ("chat", "per_turn"):
-            raise ValueError(f"RolloutConfig.view {self.view!r}; choose 'chat' or 'per_turn'")
-        if self.max_new_tokens < 1 or self.max_episode_tokens <= self.max_new_tokens:
-            raise ValueError(
-                f"need 1 <= max_new_tokens ({self.max_new_tokens}) < max_episode_tokens ({self.max_episode_tokens})"
-            )
-        if self.chunk_steps < 1:
-            raise ValueError(f"RolloutConfig.chunk_steps must be >= 1, got {self.chunk_steps}")
-        if self.extend_chunk < 16:
-            raise ValueError(f"RolloutConfig.extend_chunk must be >= 16, got {self.extend_chunk}")
-
-    @property
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.top_p, self.top_k, self.greedy)
+__all__ = ["EpisodeSpec", "RolloutEngine", "RolloutStats", "wrappers_for_view"]
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,13 @@
 """The rollout engine's device side: KV-cache slots, each holding one live episode's whole token stream.
 
-Three jitted programs work on the slots, each donating the cache so it is updated in place:
+Three jitted programs (`jgem/rollout/programs.py`, shared by every engine of one layout) work on the slots, each
+donating the cache so it is updated in place:
 - `extend`: prefill new tokens into chosen slots, after what each already holds (the positions continue the
   stream). Chunked: one call takes at most `extend_chunk` tokens per slot, and slots are grouped by length so
   short observations are not padded to a long first prompt.
-- `decode`: up to `chunk_steps` decode steps over the slots that are generating. Each step feeds every active
+- `decode`: up to `chunk_steps` decode steps over the slots that are generating. Their decode state (token to
+  feed, position, tokens so far, limit, episode, turn) stays on the device between chunks; `decode` here compares
+  what the caller passes with a host mirror of it and sends only the slots that changed. Each step feeds every active
   slot's last token (writing its key and value) and samples the next. A slot stops at a stop token or at its
   own token limit; the others go on, until a quarter of the chunk's slots have stopped (their envs are waiting).
   The sampling key of a token is a function of (run key, episode, turn,
@@ -23,56 +26,32 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jgem.models.config import ModelConfig
-from jgem.models.kvcache import SlotCache, init_slots, slot_cache_bytes
-from jgem.models.sampler import sample_logits
+from jgem.models.kvcache import slot_cache_bytes
+from jgem.rollout import programs
+from jgem.rollout.config import Sampling
+from jgem.rollout.programs import LIVE, NTOK, STATE_COLUMNS, Layout
+from jgem.shapes import next_pow2
 
 Array = jax.Array
 MIN_EXTEND_LEN = 16  # the shortest extend bucket, in tokens
 MIN_WINDOW = 128  # the shortest attention window, in positions
-STOP_FRACTION = 4  # a decode chunk ends early once 1/STOP_FRACTION of its generating slots have stopped
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 def _bucket_size(n: int) -> int:
     """The smallest of 1, 2, ..., 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ... (multiples of an eighth of a power of
     two) that is >= n: at most an eighth of a bucket is padding, and there are eight sizes per doubling."""
-    p = _pow2(n)
+    p = next_pow2(n)
     step = max(1, p // 8)
     return -(-n // step) * step
-
-
-def take_rows(cache: SlotCache, rows: Array | None, window: int) -> SlotCache:
-    """The first `window` positions of slots `rows` (all slots when None): keyT[..., :w], value[..., :w, :]."""
-    pick = (lambda x: x) if rows is None else (lambda x: x[rows])
-    return SlotCache(k=tuple(pick(x)[..., :window] for x in cache.k), v=tuple(pick(x)[:, :, :window] for x in cache.v))
-
-
-def put_rows(cache: SlotCache, rows: Array | None, sub: SlotCache) -> SlotCache:
-    """Writes `take_rows`' result back."""
-    w = sub.max_len
-    if rows is None:
-        return SlotCache(
-            k=tuple(x.at[..., :w].set(y) for x, y in zip(cache.k, sub.k)),
-            v=tuple(x.at[:, :, :w].set(y) for x, y in zip(cache.v, sub.v)),
-        )
-    return SlotCache(
-        k=tuple(x.at[rows, ..., :w].set(y) for x, y in zip(cache.k, sub.k)),
-        v=tuple(x.at[rows, :, :w].set(y) for x, y in zip(cache.v, sub.v)),
-    )
 
 
 def device_memory_bytes(device: Any) -> int | None:
@@ -106,14 +85,6 @@ def check_slots_fit(
             "rollout.max_episode_tokens or env.num_envs (one slot per env), or shard the slots over more devices"
         )
     return {"slot_bytes": per_slot, "cache_bytes_per_device": cache, "device_bytes": have or 0}
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    greedy: bool = False
 
 
 class SlotEngine:
@@ -151,7 +122,7 @@ class SlotEngine:
                 f"and extend_chunk >= {MIN_EXTEND_LEN} ({extend_chunk})"
             )
         self.cfg, self.num_slots, self.max_len = cfg, num_slots, max_len
-        self.chunk_steps, self.extend_chunk = chunk_steps, _pow2(extend_chunk)
+        self.chunk_steps, self.extend_chunk = chunk_steps, next_pow2(extend_chunk)
         self.eos_ids = np.asarray(sorted({int(e) for e in eos_ids}) or [-1], np.int32)
         self.pad_id = int(pad_id)
         self.mesh = mesh
@@ -170,33 +141,44 @@ class SlotEngine:
         # slots over the batch axes, KV heads over `tensor` (as the attention that reads them is split)
         tensor = mesh.shape.get("tensor", 1) if mesh is not None else 1
         kv = "tensor" if tensor > 1 and cfg.num_kv_heads % tensor == 0 else None
-        self.rows_sharding = self.cache_sharding = None
+        # the programs are keyed on this (and on shapes): engines of one layout share their compiled programs
+        self.layout = Layout(mesh, axes, kv, self.pad_id)
+        self.rows_sharding, self.cache_sharding = self.layout.rows_sharding, self.layout.cache_sharding
         self.local_shards = [0]
         if mesh is not None:
-            self.rows_sharding = NamedSharding(mesh, PartitionSpec(axes or None))
-            self.cache_sharding = NamedSharding(mesh, PartitionSpec(axes or None, kv))
             index = self.rows_sharding.addressable_devices_indices_map((num_slots,))
             self.local_shards = sorted({(ix[0].start or 0) // self.per_shard for ix in index.values()})
         self.num_local_slots = len(self.local_shards) * self.per_shard
-        make = partial(init_slots, cfg, num_slots, max_len, cache_dtype)
+        make = partial(programs.allocate, cfg, num_slots, max_len, cache_dtype, self.layout)
         if allocate:
             cache_shards = shards * (tensor if kv else 1)
             self.memory = check_slots_fit(cfg, num_slots, max_len, cache_dtype=cache_dtype, shards=cache_shards)
-            # zeros made in place on each shard: no host ever builds the whole (global) cache
-            cache = jax.jit(make, out_shardings=self.cache_sharding)()
-        else:  # ahead-of-time compilation (experiments/tpu_pod/aot.py): the cache's shapes and shardings only
+            self.cache, self.state = make()
+        else:  # ahead-of-time compilation (experiments/tpu_pod/aot.py): shapes and shardings only
             self.memory = {"slot_bytes": slot_cache_bytes(cfg, max_len, cache_dtype)}
-            shapes = jax.eval_shape(make)
-            cache = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.cache_sharding), shapes)
-        self.cache = cache
+            cache, state = jax.eval_shape(make)
+            self.cache = jax.tree.map(lambda s: self._spec(s.shape, s.dtype, sharding=self.cache_sharding), cache)
+            self.state = self._spec(state.shape, state.dtype)
+        # What the device's decode state holds for this process's slots (`decode` sends only what differs), and the
+        # chunk whose new state is not read back yet.
+        self._mirror = np.zeros((self.num_local_slots, STATE_COLUMNS), np.int32)
+        self._unread: tuple | None = None
+        self._eos = jnp.asarray(self.eos_ids)
+        self._scalars: dict[Sampling, tuple] = {}
         self._traces = 0
-        self._extend = jax.jit(self._extend_fn, static_argnums=(0, 1, 2), donate_argnums=(4,))
-        self._decode = jax.jit(self._decode_fn, static_argnums=(0, 1, 2, 3), donate_argnums=(5,))
-        self._copy = jax.jit(self._copy_fn, donate_argnums=(0,))
 
     @property
     def num_compilations(self) -> int:
+        """Model programs (`extend`, `decode`) this engine compiled: none for a shape another engine of the same
+        layout compiled first (the small state-update and copy programs are not counted)."""
         return self._traces
+
+    def _run(self, program, *args):
+        """Calls a shared program, counting the compilations it made for this engine."""
+        before = programs.traces()
+        out = program(*args)
+        self._traces += programs.traces() - before
+        return out
 
     # -- host API --------------------------------------------------------------------------------------
 
@@ -213,7 +195,7 @@ class SlotEngine:
         while True:
             by_len: dict[int, list] = {length: [] for length in lengths}
             for s, t, p in todo:
-                by_len[max(MIN_EXTEND_LEN, min(_pow2(t.size), self.extend_chunk))].append((s, t, p))
+                by_len[max(MIN_EXTEND_LEN, min(next_pow2(t.size), self.extend_chunk))].append((s, t, p))
             need = [self._rows_per_shard([s for s, _, _ in by_len[n]]) for n in lengths]
             ends = [max((p + min(n, t.size) for _, t, p in by_len[n]), default=0) for n in lengths]
             agreed = self.agree(need + ends)
@@ -238,7 +220,8 @@ class SlotEngine:
                 computed += tokens.size
                 args = [self._global(x) for x in (rows, tokens, starts, counts)]
                 full = size == self.per_shard
-                self.cache = self._extend(graphdef, full, self._window(end), state, self.cache, *args)
+                window = self._window(end)
+                self.cache = self._run(programs.extend, self.layout, graphdef, full, window, state, self.cache, *args)
             todo = rest
 
     def decode(
@@ -255,42 +238,98 @@ class SlotEngine:
         sampling: Sampling,
     ) -> tuple[Any, int]:
         """Dispatches one decode chunk for `slots` (per slot: the token to feed and its position, tokens sampled so
-        far in this action, the action's token limit, and the episode and turn that key its draws). Returns a
-        handle for `fetch` without blocking, and the number of rows the chunk computes on this process's shards.
-        In lockstep every process calls it, with its own slots (possibly none)."""
-        graphdef, state = model
-        need, end = self.agree([self._rows_per_shard(list(slots)), max(pos, default=0)])
+        far in this action, the action's token limit, and the episode and turn that key its draws); the other slots
+        stop generating. Returns a handle for `fetch` without blocking, and the number of rows the chunk computes on
+        this process's shards. In lockstep every process calls it, with its own slots (possibly none).
+
+        The decode state stays on the device: a slot that goes on from the last chunk (last = its last token,
+        pos and ntok advanced by what it sampled) sends nothing; only slots whose state differs are uploaded."""
+        graphdef, params = model
+        self._read_back()  # the last chunk's new state, if its handle was not fetched
+        slots = np.asarray(list(slots), np.int64)
+        want = self._mirror.copy()
+        want[:, LIVE] = 0  # slots not in this chunk stop
+        cols = (last, pos, ntok, limit, episode, turn, np.ones(slots.size))
+        want[slots] = np.stack([np.asarray(c, np.int64) for c in cols], axis=1).astype(np.int32)
+        changed = np.flatnonzero((want != self._mirror).any(axis=1))
+        need, end, k = self.agree([self._rows_per_shard(slots), max(pos, default=0), self._rows_per_shard(changed)])
+        if k:
+            self._send(want, changed, next_pow2(k))
         size = min(_bucket_size(max(1, need)), self.per_shard)
-        rows, where = self._rows(list(slots), size)
-        columns = []
-        for values, fill in ((last, self.pad_id), (pos, 0), (ntok, 0), (limit, 0), (episode, 0), (turn, 0)):
-            col = np.full(rows.size, fill, np.int32)
-            col[where] = np.asarray(values, np.int32)
-            columns.append(self._global(col))
-        self.cache, toks, lps, counts = self._decode(
+        where = self._where(slots, size)
+        self.cache, self.state, toks, lps, rows = self._run(
+            programs.decode,
+            self.layout,
             graphdef,
             self.chunk_steps,
-            size == self.per_shard,
+            size,
             self._window(end + self.chunk_steps),
-            state,
+            params,
             self.cache,
-            self._global(rows),
-            *columns,
+            self.state,
             key,
-            jnp.float32(sampling.temperature),
-            jnp.float32(sampling.top_p),
-            jnp.int32(sampling.top_k),
-            jnp.bool_(sampling.greedy),
-            jnp.asarray(self.eos_ids),
+            *self._sampling(sampling),
+            self._eos,
         )
-        return (toks, lps, counts, where, np.asarray(ntok, np.int32)), rows.size
+        handle = (toks, lps, rows, where, want[slots, NTOK], slots)
+        self._unread = handle
+        return handle, len(self.local_shards) * size
 
     def fetch(self, handle: Any) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per slot of a `decode` call, in its order: (tokens, log-probs) sampled in that chunk."""
-        toks, lps, counts, where, ntok = handle
-        toks, lps, counts = (self._local(x) for x in (toks, lps, counts))
-        new = counts[where] - ntok
+        toks, lps, rows, where, ntok, slots = handle
+        toks, lps, rows = (self._local(x) for x in (toks, lps, rows))
+        if handle is self._unread:
+            self._mirror[slots] = rows[where]
+            self._unread = None
+        new = rows[where, NTOK] - ntok
         return [(toks[r, :k], lps[r, :k]) for r, k in zip(where, new)]
+
+    def _read_back(self) -> None:
+        """Brings the mirror up to date with the last chunk (waiting for it) when its handle was not fetched."""
+        if self._unread is not None:
+            _, _, rows, where, _, slots = self._unread
+            self._mirror[slots] = self._local(rows)[where]
+            self._unread = None
+
+    def _send(self, want: np.ndarray, changed: np.ndarray, k: int) -> None:
+        """Uploads the decode state of slots `changed` (k entries per local shard, padded with a row number past the
+        shard, which writes nothing) and records it in the mirror."""
+        new = np.zeros((len(self.local_shards), k, 1 + STATE_COLUMNS), np.int32)
+        new[:, :, 0] = self.per_shard
+        fill = np.zeros(len(self.local_shards), np.int64)
+        for s in changed:
+            j = self.shard_of(int(s))
+            new[j, fill[j], 0], new[j, fill[j], 1:] = s % self.per_shard, want[s]
+            fill[j] += 1
+        self.state = programs.update(self.layout, self.state, self._global(new.reshape(-1, 1 + STATE_COLUMNS)))
+        self._mirror[changed] = want[changed]
+
+    def _sampling(self, sampling: Sampling) -> tuple:
+        """The sampling settings as device scalars, made once per setting (they are traced: no recompilation)."""
+        if sampling not in self._scalars:
+            self._scalars[sampling] = (
+                jnp.float32(sampling.temperature),
+                jnp.float32(sampling.top_p),
+                jnp.int32(sampling.top_k),
+                jnp.bool_(sampling.greedy),
+            )
+        return self._scalars[sampling]
+
+    def _where(self, slots: np.ndarray, size: int) -> np.ndarray:
+        """Where each of `slots` (the generating slots) is among a chunk's rows: the whole shard in row order, or
+        (`programs.Layout.live_rows`) each shard's `size` rows, its generating slots first in slot order."""
+        shard = slots // self.per_shard
+        if size == self.per_shard:
+            return slots.copy()
+        rank = np.zeros(slots.size, np.int64)
+        order = np.argsort(slots, kind="stable")
+        seen: dict[int, int] = {}
+        for i in order:
+            j = int(shard[i])
+            rank[i] = seen.get(j, 0)
+            seen[j] = rank[i] + 1
+        return shard * size + rank
 
     def copy(self, src: Sequence[int], dst: Sequence[int]) -> None:
         """Copies slot src[i]'s row to slot dst[i] (all positions); each pair within one shard (`shard_of`)."""
@@ -302,12 +341,12 @@ class SlotEngine:
         (need,) = self.agree([max(map(len, per))])
         if not need:
             return
-        size = _pow2(need)
+        size = next_pow2(need)
         # padding repeats the shard's first copy (equal writes to one slot), or copies row 0 onto itself
         pairs = [p + [(p or [(0, 0)])[0]] * (size - len(p)) for p in per]
         s = np.array([a for p in pairs for a, _ in p], np.int32)
         d = np.array([b for p in pairs for _, b in p], np.int32)
-        self.cache = self._copy(self.cache, self._global(s), self._global(d))
+        self.cache = programs.copy(self.layout, self.cache, self._global(s), self._global(d))
 
     def shard_of(self, slot: int) -> int:
         """Which of this process's shards holds local slot `slot` (0 without a sharded mesh)."""
@@ -321,21 +360,22 @@ class SlotEngine:
         graphdef, state = model
         per_row = [self._spec((rows,)), self._spec((rows, length))] + [self._spec((rows,))] * 2
         full = rows == self.num_slots
-        return self._extend.lower(graphdef, full, window, state, self.cache, *per_row)
+        return programs.extend.lower(self.layout, graphdef, full, window, state, self.cache, *per_row)
 
     def lower_decode(self, model: tuple[Any, Any], rows: int, window: int) -> jax.stages.Lowered:
         """`decode`'s program (a chunk of `chunk_steps` steps) for `rows` slots attending `window` positions."""
         graphdef, state = model
         key = jax.eval_shape(lambda: jax.random.key(0))
         scalar = lambda dtype: self._spec((), dtype, replicated=True)
-        return self._decode.lower(
+        return programs.decode.lower(
+            self.layout,
             graphdef,
             self.chunk_steps,
-            rows == self.num_slots,
+            max(1, rows // self.shards),
             window,
             state,
             self.cache,
-            *[self._spec((rows,))] * 7,
+            self.state,
             self._spec(key.shape, key.dtype, replicated=True),
             scalar(jnp.float32),
             scalar(jnp.float32),
@@ -344,17 +384,19 @@ class SlotEngine:
             self._spec(self.eos_ids.shape, replicated=True),
         )
 
-    def _spec(self, shape: tuple[int, ...], dtype=jnp.int32, *, replicated: bool = False) -> jax.ShapeDtypeStruct:
+    def _spec(
+        self, shape: tuple[int, ...], dtype=jnp.int32, *, replicated: bool = False, sharding: Any = None
+    ) -> jax.ShapeDtypeStruct:
         """A host-fed argument as the programs get it: per-row arrays over the batch axes (`_global`), the rest
-        replicated."""
-        sharding = self.rows_sharding
+        replicated (or `sharding`)."""
+        sharding = sharding or self.rows_sharding
         if self.mesh is not None and replicated:
             sharding = NamedSharding(self.mesh, PartitionSpec())
         return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
     def _window(self, end: int) -> int:
         """Positions a program attends: a power of two (at least MIN_WINDOW, at most the slot) holding `end`."""
-        return min(self.max_len, max(MIN_WINDOW, _pow2(end)))
+        return min(self.max_len, max(MIN_WINDOW, next_pow2(end)))
 
     def _rows_per_shard(self, slots: Sequence[int]) -> int:
         """The most of `slots` on any one of this process's shards."""
@@ -407,106 +449,3 @@ class SlotEngine:
         for shard in x.addressable_shards:
             parts.setdefault(shard.index[0].start or 0, shard.data)
         return np.concatenate([np.asarray(parts[k]) for k in sorted(parts)])
-
-    def _take(self, cache: SlotCache, rows: Array | None, window: int) -> SlotCache:
-        """The first `window` positions of rows `rows` (shard-local numbers; all rows when None), shard by shard."""
-        if rows is None or self.shards == 1:
-            return take_rows(cache, rows, window)
-        cache_spec, row_spec = self.cache_sharding.spec, self.rows_sharding.spec
-        gather = jax.shard_map(
-            partial(take_rows, window=window), mesh=self.mesh, in_specs=(cache_spec, row_spec), out_specs=cache_spec
-        )
-        return gather(cache, rows)
-
-    def _put(self, cache: SlotCache, rows: Array | None, sub: SlotCache) -> SlotCache:
-        """Writes `_take`'s result back; the cache comes out laid out as it came in (`cache_sharding`), so its
-        donated buffers are reused and the next call does not reshard."""
-        if rows is None or self.shards == 1:
-            out = put_rows(cache, rows, sub)
-        else:
-            cache_spec, row_spec = self.cache_sharding.spec, self.rows_sharding.spec
-            scatter = jax.shard_map(
-                put_rows, mesh=self.mesh, in_specs=(cache_spec, row_spec, cache_spec), out_specs=cache_spec
-            )
-            out = scatter(cache, rows, sub)
-        return out if self.mesh is None else jax.lax.with_sharding_constraint(out, self.cache_sharding)
-
-    # -- device programs ------------------------------------------------------------------------------
-
-    def _extend_fn(
-        self, graphdef, full: bool, window: int, state, cache: SlotCache, rows, tokens, starts, counts
-    ) -> SlotCache:
-        self._traces += 1
-        model = nnx.merge(graphdef, state)
-        rows = None if full else rows
-        sub = self._take(cache, rows, window)
-        t = jnp.arange(tokens.shape[1], dtype=jnp.int32)
-        positions = starts[:, None] + t[None, :]
-        seg = (t[None, :] < counts[:, None]).astype(jnp.int32)
-        _, sub = model.hidden(tokens, positions, segment_ids=seg, cache=sub)
-        return self._put(cache, rows, sub)
-
-    def _decode_fn(
-        self,
-        graphdef,
-        steps: int,
-        full: bool,
-        window: int,
-        state,
-        cache: SlotCache,
-        rows,
-        last,
-        pos,
-        ntok,
-        limit,
-        episode,
-        turn,
-        key,
-        temperature,
-        top_p,
-        top_k,
-        greedy,
-        eos,
-    ):
-        self._traces += 1
-        model = nnx.merge(graphdef, state)
-        rows = None if full else rows
-        sub = self._take(cache, rows, window)  # attention reads `window` positions, not the whole slot
-        n = last.shape[0]
-        fold = jax.vmap(jax.random.fold_in)
-        base = fold(fold(jnp.broadcast_to(key, (n,)), episode), turn)  # one key per (episode, turn)
-
-        def body(c):
-            i, sub, last, pos, ntok, active, toks, lps = c
-            h, sub = model.hidden(last[:, None], pos[:, None], segment_ids=active[:, None].astype(jnp.int32), cache=sub)
-            logits = model.logits(h)[:, 0]
-            tok, lp = sample_logits(logits, fold(base, ntok), temperature, top_p, top_k, greedy)
-            tok = jnp.where(active, tok, self.pad_id)
-            lp = jnp.where(active, lp, 0.0)
-            toks = jax.lax.dynamic_update_slice(toks, tok[:, None], (0, i))
-            lps = jax.lax.dynamic_update_slice(lps, lp[:, None], (0, i))
-            ntok = ntok + active
-            stop = jnp.any(tok[:, None] == eos[None, :], axis=1) | (ntok >= limit)
-            return (i + 1, sub, jnp.where(active, tok, last), pos + active, ntok, active & ~stop, toks, lps)
-
-        init = (
-            jnp.zeros((), jnp.int32),
-            sub,
-            last,
-            pos,
-            ntok,
-            ntok < limit,
-            jnp.full((n, steps), self.pad_id, jnp.int32),
-            jnp.zeros((n, steps), jnp.float32),
-        )
-        started = init[5]
-        quota = (jnp.sum(started) + STOP_FRACTION - 1) // STOP_FRACTION
-
-        def more(c):  # steps left, a slot still generating, and fewer than `quota` stopped since the chunk began
-            return (c[0] < steps) & jnp.any(c[5]) & (jnp.sum(started & ~c[5]) < quota)
-
-        _, sub, _, _, ntok, _, toks, lps = jax.lax.while_loop(more, body, init)
-        return self._put(cache, rows, sub), toks, lps, ntok
-
-    def _copy_fn(self, cache: SlotCache, src, dst) -> SlotCache:
-        return self._put(cache, dst, self._take(cache, src, cache.max_len))

@@ -26,7 +26,8 @@ def collect(mesh, num_envs: int, first: int, n: int) -> dict:
     from jgem.models.tokenizer import ChatFormat, load_tokenizer
     from jgem.models.transformer import Transformer
     from jgem.registry import register
-    from jgem.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, wrappers_for_view
+    from jgem.rollout.config import RolloutConfig
+    from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
     from jgem.sharding.rules import shard_tree
     from tests.rollout.envs import TalkEnv
 
@@ -65,7 +66,8 @@ def main(process_id: int, num_processes: int, port: int, out: str) -> None:
     initialize(f"localhost:{port}", num_processes, process_id)
     import jax
 
-    from jgem.sharding.mesh import MeshConfig, make_mesh
+    from jgem.sharding.config import MeshConfig
+    from jgem.sharding.mesh import make_mesh
 
     assert jax.process_count() == num_processes
     mesh = make_mesh(MeshConfig(**MESH))

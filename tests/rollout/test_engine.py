@@ -21,10 +21,12 @@ from jgem.models.tokenizer import ChatFormat, load_tokenizer
 from jgem.models.transformer import Transformer
 from jgem.registry import register
 from jgem.rollout.batch import build_batch
-from jgem.rollout.engine import EpisodeSpec, RolloutConfig, RolloutEngine, wrappers_for_view
+from jgem.rollout.config import RolloutConfig, Sampling
+from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.scripted import scripted_episodes
-from jgem.rollout.slots import Sampling, SlotEngine
-from jgem.sharding.mesh import MeshConfig, make_mesh
+from jgem.rollout.slots import SlotEngine
+from jgem.sharding.config import MeshConfig
+from jgem.sharding.mesh import make_mesh
 from jgem.sharding.rules import shard_tree
 from tests.rollout.envs import FlakyGuessEnv, TalkEnv
 
@@ -345,7 +347,8 @@ def test_a_cache_that_does_not_fit_is_refused_before_compiling(setup):
 def test_slots_on_a_tensor_mesh_keep_their_layout_and_tokens(setup):
     """On a (fsdp 2, tensor 2) mesh the cache is split over slots and KV heads, every program returns it in that
     layout (so donation reuses it and nothing recompiles), and the sampled tokens equal a meshless engine's."""
-    from jgem.sharding.mesh import MeshConfig, make_mesh
+    from jgem.sharding.config import MeshConfig
+    from jgem.sharding.mesh import make_mesh
     from jgem.sharding.rules import shard_tree
 
     _, _, cfg, model = setup

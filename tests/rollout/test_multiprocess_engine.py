@@ -18,7 +18,8 @@ def test_two_processes_sample_on_sharded_params_like_one(tmp_path):
         assert r["addressable_param_bytes"] < 0.75 * r["param_bytes"], r
         assert r["shared_prefix_tokens"] > 0
 
-    from jgem.sharding.mesh import MeshConfig, make_mesh
+    from jgem.sharding.config import MeshConfig
+    from jgem.sharding.mesh import make_mesh
 
     n = worker.EPISODES_PER_PROCESS
     mesh = make_mesh(MeshConfig(**worker.MESH), devices=jax.devices()[:4])
