@@ -5,18 +5,17 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test bench lint fmt clean libtpu
+.PHONY: demo test bench lint fmt clean libtpu chromium
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[dev,parity,tools,agentgym,wandb,web]"
-	@$(CHROMIUM_SETUP)
 	@touch $(STAMP)
 
-# The web envs drive a headless Chromium (jgem/envs/web/chromium.py finds it). Where none is on PATH and
-# $JGEM_CHROMIUM is unset, root installs Debian's `chromium`; anyone else is told how to get one (the rest of
-# jgem works without it: only the web envs and their tests need it).
+# The web envs drive a headless Chromium (jgem/envs/web/chromium.py finds it). Only what needs it installs it
+# (`make test`, `make chromium`; the demo does not): where none is on PATH and $JGEM_CHROMIUM is unset, root
+# installs Debian's `chromium`; anyone else is told how to get one (the rest of jgem works without it).
 CHROMIUM_SETUP = [ -n "$$JGEM_CHROMIUM" ] || command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
 	|| command -v google-chrome >/dev/null \
 	|| { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
@@ -43,19 +42,24 @@ $(VENV)/.bench: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m experiments.demo
 
-test: $(STAMP) $(LIBTPU)/.installed
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q tests
+chromium:
+	@$(CHROMIUM_SETUP)
+
+test: $(STAMP) $(LIBTPU)/.installed chromium
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q --durations=15 tests
 
 bench: $(VENV)/.bench
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 lint: $(STAMP)
-	$(BIN)/ruff check jgem tests bench experiments
-	$(BIN)/ruff format --check jgem tests bench experiments
+	$(BIN)/ruff check jgem tests bench experiments scripts
+	$(BIN)/ruff format --check jgem tests bench experiments scripts
+	$(BIN)/lint-imports --no-cache
 
 fmt: $(STAMP)
-	$(BIN)/ruff format jgem tests bench experiments
-	$(BIN)/ruff check --fix jgem tests bench experiments
+	$(BIN)/ruff format jgem tests bench experiments scripts
+	$(BIN)/ruff check --fix jgem tests bench experiments scripts
 
 clean:
 	rm -rf $(VENV) $(LIBTPU) runs .pytest_cache

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jgem.algos.algorithms import ALGORITHMS
-from jgem.algos.learner import LearnerConfig
+from jgem.algos.config import LearnerConfig
 from jgem.models.config import preset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +34,10 @@ def aot(tmp_path, *args: str) -> list[dict]:
     cmd += ["--episodes", "8", "--tokens", "256", "--learner.micro-batch-size", "4", *args, "--json", str(out)]
     env = {**os.environ, "JGEM_LIBTPU_DIR": str(LIBTPU), "PYTHONPATH": str(REPO)}
     env.pop("XLA_FLAGS", None)  # the session's simulated CPU devices are not this process's business
+    # no persistent compilation cache (tests/conftest.py): a program compiled for a topology is written to it but
+    # cannot be read back ("PjRtCompiler must be constructed with a Client to call DeserializeLoadedExecutable"),
+    # so a warm cache would only add a warning and a recompile per program
+    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads(line) for line in out.read_text().splitlines()]
@@ -112,7 +116,8 @@ def test_make_mesh_splits_physical_axes_for_tensor_8_on_v5e_4x4():
     # to split an axis
     code = (
         "from experiments.tpu_pod.aot import use_libtpu, topology_devices\n"
-        "from jgem.sharding.mesh import MeshConfig, make_mesh\n"
+        "from jgem.sharding.config import MeshConfig\n"
+        "from jgem.sharding.mesh import make_mesh\n"
         "use_libtpu()\n"
         "mesh = make_mesh(MeshConfig(fsdp=-1, tensor=8), devices=topology_devices('v5e:4x4'))\n"
         "print(dict(mesh.shape), len({d.id for d in mesh.devices.flat}))\n"
