@@ -3,7 +3,7 @@
 
 RUN_DIR restores the run's latest checkpoint; RUN_DIR/checkpoints/STEP restores that step. The policy plays the
 trainer's held-out eval seeds (of the run's env, or of `--env-id`) through the trainer's own evaluation path
-(`Trainer.collect(step, eval=True)`), to the env's turn limit unless `--max-turns` is given. Prints a table and,
+(`Run.collect(step, eval=True)`), to the env's turn limit unless `--max-turns` is given. Prints a table and,
 with `--out`, writes the metrics and every episode as JSON. Defaults (episodes, greedy) are the run's.
 """
 
@@ -48,12 +48,13 @@ def _is_hf_export(p: Path) -> bool:
     return isinstance(doc, dict) and ("architectures" in doc or "model_type" in doc)
 
 
-def load_trainer(path: str | Path, **overrides: Any):
-    """A Trainer built from the run's config (with `overrides` of TrainConfig fields; `env` takes a dict of
-    EnvConfig fields) holding the policy of the checkpoint `path` names. Returns (trainer, step)."""
+def load_run(path: str | Path, **overrides: Any):
+    """A `Run` built from the run's config (with `overrides` of TrainConfig fields; `env` takes a dict of
+    EnvConfig fields) without an optimizer, holding the policy of the checkpoint `path` names (read alone: the
+    optimizer's moments and the critic stay on disk). Returns (run, step)."""
     from jgem.checkpoint import CheckpointConfig, Checkpointer
     from jgem.config import load_run_config
-    from jgem.train import Trainer
+    from jgem.train.run import Run
 
     run_dir, step = resolve(path)
     cfg = load_run_config(run_dir)
@@ -65,18 +66,18 @@ def load_trainer(path: str | Path, **overrides: Any):
         warm_start=dataclasses.replace(cfg.warm_start, steps=0),
         **overrides,
     )
-    trainer = Trainer(cfg)
-    ckpt = Checkpointer(CheckpointConfig(str(run_dir / "checkpoints")))
-    try:
-        step = ckpt.latest_step() if step is None else step
+    if step is None:
+        with Checkpointer(CheckpointConfig(str(run_dir / "checkpoints"))) as ckpt:
+            step = ckpt.latest_step()
         if step is None:
             raise FileNotFoundError(f"{run_dir / 'checkpoints'} holds no checkpoint; train the run first")
-        if step not in ckpt.all_steps():
-            raise FileNotFoundError(f"{run_dir / 'checkpoints'} has no step {step}; it has {ckpt.all_steps()}")
-        trainer.state = ckpt.restore(step, trainer.state).state
-    finally:
-        ckpt.close()
-    return trainer, step
+    run = Run(cfg, optimizer=False)
+    try:
+        run.restore_policy(run_dir / "checkpoints", step)
+    except BaseException:
+        run.close()
+        raise
+    return run, step
 
 
 def evaluate(
@@ -103,24 +104,26 @@ def evaluate(
         overrides["eval_greedy"] = greedy
     if max_turns is not None:
         overrides["eval_max_turns"] = max_turns
+    from jgem.train.evaluate import eval_metrics
+
     t0 = time.perf_counter()
     say = _say if progress else (lambda _: None)
     run_dir, _ = resolve(path)  # a path that is no run fails before anything is built
     say(f"loading {path}: building the model and restoring the checkpoint")
-    trainer, step = load_trainer(path, env=env, **overrides)
-    cfg = trainer.cfg
-    total = len(trainer.specs(step, eval=True))
+    run, step = load_run(path, env=env, **overrides)
+    cfg = run.cfg
+    total = len(run.specs(step, eval=True))
     say(
         f"evaluating step {step} of {run_dir} on {cfg.env.env_id}: {total} episodes, "
-        f"{'greedy' if cfg.eval_greedy else 'sampled'}, up to {trainer.horizon(step, eval=True)} turns "
+        f"{'greedy' if cfg.eval_greedy else 'sampled'}, up to {run.horizon(step, eval=True)} turns "
         f"({time.perf_counter() - t0:.0f} s so far; the first turns compile)"
     )
     try:
-        with _episode_progress(trainer, total, say, t0):
-            eps = trainer.collect(step, eval=True)
-        metrics = trainer.eval_metrics(step, eps)
+        with _episode_progress(run, total, say, t0):
+            eps = run.collect(step, eval=True)
+        metrics = eval_metrics(run, step, eps)
     finally:
-        trainer.pool.close()
+        run.close()
     say(f"evaluated {len(eps)} episodes in {time.perf_counter() - t0:.0f} s")
     return {
         "checkpoint": str(Path(path)),
@@ -149,7 +152,7 @@ def _say(line: str) -> None:
 
 
 @contextlib.contextmanager
-def _episode_progress(trainer: Any, total: int, say: Any, t0: float, every_s: float = 5.0) -> Iterator[None]:
+def _episode_progress(run: Any, total: int, say: Any, t0: float, every_s: float = 5.0) -> Iterator[None]:
     """While the body collects, a line `k/total episodes done` whenever more have finished, at most every
     `every_s` seconds (plain lines: fine when stderr is a file or a pipe)."""
     stop = threading.Event()
@@ -157,7 +160,7 @@ def _episode_progress(trainer: Any, total: int, say: Any, t0: float, every_s: fl
     def watch() -> None:
         shown = 0
         while not stop.wait(every_s):
-            stats = getattr(trainer.engine, "stats", None)
+            stats = getattr(run.engine, "stats", None)
             done = getattr(stats, "episodes", 0)
             if done != shown and done < total:
                 say(f"  {done}/{total} episodes done ({time.perf_counter() - t0:.0f} s)")

@@ -17,16 +17,16 @@ from pathlib import Path
 
 def export(path: str | Path, out: str | Path, *, dtype: str | None = None) -> list[str]:
     """Writes the checkpoint's policy to `out`; returns the files written."""
-    from experiments.eval import load_trainer
+    from experiments.eval import load_run
     from jgem.models.hf import save_pretrained
     from jgem.models.tokenizer import load_tokenizer
 
-    trainer, step = load_trainer(path)
+    run, step = load_run(path)
     try:
-        files = save_pretrained(trainer.state.model(), trainer.model_cfg, out, dtype=dtype)
+        files = save_pretrained(run.state.model(), run.model_cfg, out, dtype=dtype)
     finally:
-        trainer.pool.close()
-    cfg = trainer.cfg.model
+        run.close()
+    cfg = run.cfg.model
     files += list(load_tokenizer(cfg.tokenizer_path or cfg.path).save_pretrained(str(out)))
     print(f"exported step {step} of {path} to {out}")
     return files

@@ -279,6 +279,18 @@ class Checkpointer:
         out = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
         return Restored(step=step, state=out.state, host=host)
 
+    def restore_part(self, step: int, part: dict[str, Any]) -> dict[str, Any]:
+        """Some top-level fields of step `step`'s saved state (e.g. `{"params": ..., "model_state": ...}` of a
+        `TrainState`), each restored into the structure, dtypes and shardings of `part`'s value; the other fields
+        (the optimizer's moments, the critic) are not read. No run config check: for evaluation and export."""
+        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, part)
+        args = ocp.args.PyTreeRestore(
+            item=abstract,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
+            partial_restore=True,
+        )
+        return dict(self._manager.restore(step, args=ocp.args.Composite(state=args)).state)
+
     def restore_latest(self, target: Any) -> Restored | None:
         """The newest step that restores, or None when there is none (a fresh run).
 

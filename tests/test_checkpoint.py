@@ -83,7 +83,8 @@ def test_round_trip_and_host_state(tmp_path):
 
 
 def test_the_trainer_saves_its_host_state_and_config(tmp_path):
-    from jgem.train import HOST_KEYS, Trainer
+    from jgem.train import Trainer
+    from jgem.train.loop import HOST_KEYS
     from tests.train_utils import small_config
 
     cfg = small_config(str(tmp_path / "run"), steps=1, episodes_per_step=2)

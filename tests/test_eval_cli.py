@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from experiments import eval as eval_cli
-from jgem.train import Trainer, params_digest
+from jgem.train import Trainer
+from jgem.train.loop import params_digest
 from tests.train_utils import small_config
 
 
@@ -22,9 +23,12 @@ def run(tmp_path_factory):
 
 def test_eval_restores_the_checkpoint_it_names(run):
     cfg, state = run
-    latest, step = eval_cli.load_trainer(cfg.run_dir)
-    first, step1 = eval_cli.load_trainer(f"{cfg.run_dir}/checkpoints/1")
+    latest, step = eval_cli.load_run(cfg.run_dir)
+    first, step1 = eval_cli.load_run(f"{cfg.run_dir}/checkpoints/1")
+    latest.close(), first.close()
     assert (step, step1) == (2, 1)
+    # the policy alone was read: no optimizer state is built or restored for an evaluation
+    assert latest.state.opt_state is None and state.opt_state is not None
     assert params_digest(latest.state.params) == params_digest(state.params)
     # the device state's own step counter tells the checkpoints (and a fresh init, 0) apart
     assert (int(latest.state.step), int(first.state.step)) == (2, 1)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from experiments import export as export_cli
-from jgem.train import Trainer, params_digest
+from jgem.train import Trainer
+from jgem.train.loop import params_digest
 from tests.train_utils import small_config
 
 

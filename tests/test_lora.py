@@ -16,10 +16,11 @@ from experiments import export as export_cli
 from jgem.checkpoint import CheckpointConfig, Checkpointer, ConfigMismatchError
 from jgem.metrics import read_jsonl
 from jgem.models.config import LoraConfig, preset
-from jgem.models.sampler import token_logprobs
+from jgem.models.head import token_logprobs
 from jgem.models.tokenizer import TINY_TOKENIZER_DIR
 from jgem.models.transformer import Transformer
-from jgem.train import Trainer, params_digest, train
+from jgem.train import Trainer, train
+from jgem.train.loop import params_digest
 from tests.train_utils import MICRO, small_config
 
 LORA = LoraConfig(rank=4, alpha=8.0)

@@ -9,10 +9,12 @@ import re
 import pytest
 from rich.console import Console
 
-import jgem.train
+import jgem.train.loop
+import jgem.train.progress
 from jgem.checkpoint import Checkpointer
 from jgem.config import WarmStartConfig
-from jgem.train import Trainer, _Progress, curve_keys, train
+from jgem.train import Trainer, train
+from jgem.train.progress import Progress, curve_keys
 from tests.train_utils import small_config
 
 STEP_METRICS = {
@@ -41,7 +43,7 @@ def _pipe() -> tuple[io.StringIO, Console]:
 
 def test_off_a_terminal_every_step_and_eval_gets_a_line():
     buf, console = _pipe()
-    p = _Progress(enabled=True, console=console)
+    p = Progress(enabled=True, console=console)
     assert not p.interactive
     p.start("warm start", 3)
     for loss in (3.0, 2.0, 1.0):
@@ -68,7 +70,7 @@ def test_off_a_terminal_every_step_and_eval_gets_a_line():
 
 def test_in_a_terminal_a_bar_and_no_plain_lines():
     buf = io.StringIO()
-    p = _Progress(enabled=True, console=Console(file=buf, width=120, force_terminal=True, color_system=None))
+    p = Progress(enabled=True, console=Console(file=buf, width=120, force_terminal=True, color_system=None))
     assert p.interactive
     p.start("train", 2)
     assert p._bar is not None
@@ -81,8 +83,8 @@ def test_in_a_terminal_a_bar_and_no_plain_lines():
 
 
 def test_disabled_prints_nothing(monkeypatch):
-    monkeypatch.setattr(jgem.train, "_console", lambda: pytest.fail("a disabled progress made a console"))
-    p = _Progress(enabled=False)
+    monkeypatch.setattr(jgem.train.progress, "_console", lambda: pytest.fail("a disabled progress made a console"))
+    p = Progress(enabled=False)
     assert not p.interactive
     p.print("x")
     p.start("train", 2)
@@ -109,7 +111,7 @@ def _fake_warm_start(self: Trainer, log) -> None:
 def test_a_piped_run_reports_each_phase_step_and_where_it_writes(tmp_path, monkeypatch):
     """Trainer.run's reports, with the work of each step stubbed out (the real thing takes a minute: compiles)."""
     buf, console = _pipe()
-    monkeypatch.setattr(jgem.train, "_console", lambda: console)
+    monkeypatch.setattr(jgem.train.progress, "_console", lambda: console)
     monkeypatch.setattr(Trainer, "train_step", lambda self, step: dict(STEP_METRICS))
     evals = {"eval/success_rate": 0.5, "eval/turns": 3.0, "eval/return": 0.25}
     monkeypatch.setattr(Trainer, "evaluate", lambda self, step: dict(evals))
@@ -164,12 +166,12 @@ def test_a_piped_run_reports_each_phase_step_and_where_it_writes(tmp_path, monke
 
 def test_only_process_0_reports(tmp_path, monkeypatch):
     buf, console = _pipe()
-    monkeypatch.setattr(jgem.train, "_console", lambda: console)
+    monkeypatch.setattr(jgem.train.progress, "_console", lambda: console)
     monkeypatch.setattr(Trainer, "train_step", lambda self, step: dict(STEP_METRICS))
     monkeypatch.setattr(Trainer, "evaluate", lambda self, step: {"eval/success_rate": 0.5})
     monkeypatch.setattr(Checkpointer, "save", lambda self, *a, **k: None)
     cfg = small_config(str(tmp_path), steps=2, eval_every=1, console=True)
     trainer = Trainer(cfg)
-    monkeypatch.setattr(jgem.train.jax, "process_index", lambda: 1)  # as on the second host of a pod
+    monkeypatch.setattr(jgem.train.loop.jax, "process_index", lambda: 1)  # as on the second host of a pod
     trainer.run()
     assert buf.getvalue() == ""

@@ -23,7 +23,7 @@ from jgem.algos.learner import _opt_count
 from jgem.config import EnvConfig, WarmStartConfig
 from jgem.metrics import read_jsonl
 from jgem.registry import register
-from jgem.sharding.mesh import MeshConfig
+from jgem.sharding.config import MeshConfig
 from jgem.train import Trainer, train
 from tests.multiprocess import free_port
 from tests.rollout.envs import FlakyGuessEnv
@@ -92,7 +92,7 @@ def test_faulting_env_does_not_stop_training_and_is_counted(tmp_path):
 
 
 def test_non_finite_loss_stops_the_run_with_a_clear_error(tmp_path, monkeypatch):
-    import jgem.train as train_module
+    import jgem.train.learn as train_module
 
     real = train_module.train_step
 
@@ -267,13 +267,12 @@ def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
-def _two_processes(args: dict, cache: Path, devices: int = 1) -> list[subprocess.Popen]:
+def _two_processes(args: dict, devices: int = 1) -> list[subprocess.Popen]:
     """The run `args` as 2 JAX processes of `devices` CPU devices each on localhost (what
-    experiments/tpu_pod/local_multiprocess.sh starts, with its default of one device a process); runs given the
-    same `cache` share JAX's persistent compilation cache (the same programs, compiled once)."""
+    experiments/tpu_pod/local_multiprocess.sh starts, with its default of one device a process); they share the
+    suite's persistent compilation cache (tests/conftest.py: the same programs, compiled once)."""
     port = free_port()
     env = {"JGEM_COORDINATOR": f"127.0.0.1:{port}", "JGEM_NUM_PROCESSES": "2"}
-    env |= {"JAX_COMPILATION_CACHE_DIR": str(cache), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     return [_run(args, env={**env, "JGEM_PROCESS_ID": str(i)}) for i in range(2)]
 
@@ -301,13 +300,12 @@ def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tm
         "keep_checkpoints": 9,
         "warm_start": {"steps": 1, "episodes_per_step": 4},
     }
-    cache = tmp_path / "jax-cache"
-    straight = _summaries(_two_processes({**args, "run_dir": str(tmp_path / "a")}, cache))
+    straight = _summaries(_two_processes({**args, "run_dir": str(tmp_path / "a")}))
     assert straight[0]["params_sha256"] == straight[1]["params_sha256"]
     assert (tmp_path / "a" / "checkpoints" / "0").is_dir(), "the warm start's checkpoint"
 
     run_b = tmp_path / "b"
-    procs = _two_processes({**args, "run_dir": str(run_b)}, cache)
+    procs = _two_processes({**args, "run_dir": str(run_b)})
     ckpts = run_b / "checkpoints"
     target = random.randint(0, 1)  # the warm start's checkpoint, or the first RL step's
     deadline = time.time() + 900
@@ -323,7 +321,7 @@ def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tm
     killed_at = max(int(c.name) for c in ckpts.iterdir() if c.name.isdigit())
     assert all(p.returncode == -signal.SIGKILL for p in procs), logs[0][-3000:]
     assert killed_at < args["steps"] and not (run_b / "summary.json").exists(), "the run ended before the kill"
-    resumed = _summaries(_two_processes({**args, "run_dir": str(run_b)}, cache))
+    resumed = _summaries(_two_processes({**args, "run_dir": str(run_b)}))
     assert resumed[0]["params_sha256"] == straight[0]["params_sha256"], (
         f"killed after checkpoint {killed_at} ({target=})"
     )
@@ -355,12 +353,12 @@ def test_evaluation_plays_to_the_env_limit_whatever_the_curriculum(tmp_path, mon
 def test_logs_warm_start_at_its_own_steps_and_the_env_turn_limit(tmp_path, monkeypatch):
     """Issue 20 bug 11: each warm-start step has a step of its own (1 - W .. 0, the initial eval at -W), no
     curriculum logs the env's limit as rollout/max_turns (4, not 1000), and curves.png plots the warm start."""
-    import jgem.metrics
+    import jgem.train.loop
 
     plotted = []
-    real_plot = jgem.metrics.plot_curves
+    real_plot = jgem.train.loop.plot_curves
     monkeypatch.setattr(
-        jgem.metrics, "plot_curves", lambda p, o, keys, **k: plotted.append(keys) or real_plot(p, o, keys, **k)
+        jgem.train.loop, "plot_curves", lambda p, o, keys, **k: plotted.append(keys) or real_plot(p, o, keys, **k)
     )
     cfg = small_config(
         str(tmp_path),

@@ -17,7 +17,7 @@ import pytest
 from flax import nnx
 
 from jgem.algos.learner import update
-from jgem.models.sampler import token_logprobs
+from jgem.models.head import token_logprobs
 from jgem.registry import register
 from jgem.train import Trainer
 from tests.rollout.envs import TalkEnv
@@ -53,21 +53,38 @@ def np_returns(r: np.ndarray, gamma: float) -> np.ndarray:
     return g
 
 
-def _forward(module, tokens: np.ndarray):
-    t = jnp.asarray(tokens[None])
-    pos = jnp.arange(tokens.size)[None]
-    return t, pos, jnp.ones_like(t)
+STREAM = 320  # small_config's rollout.max_episode_tokens
+
+
+def _forward(tokens: np.ndarray):
+    """One episode's stream as its own row [1, T]: segment 1, then padding (segment 0) that it cannot see, up to a
+    multiple T of STREAM, so the streams run one compiled program (not one per stream length)."""
+    n = tokens.size
+    T = -(-n // STREAM) * STREAM
+    t = np.zeros((1, T), np.int32)
+    t[0, :n] = tokens
+    seg = (np.arange(T) < n)[None].astype(np.int32)
+    return jnp.asarray(t), jnp.arange(T)[None], jnp.asarray(seg)
+
+
+@nnx.jit(static_argnames="temperature")
+def _logprobs_program(module, t, pos, seg, temperature):
+    return token_logprobs(module, t, pos, seg, temperature=temperature)[0][0]
+
+
+@nnx.jit
+def _values_program(critic, t, pos, seg):
+    h, _ = critic.hidden(t, pos, segment_ids=seg)
+    return critic.value(h)[0]
 
 
 def _logprobs(module, tokens: np.ndarray, temperature: float) -> np.ndarray:
-    t, pos, seg = _forward(module, tokens)
-    return np.asarray(token_logprobs(module, t, pos, seg, temperature=temperature)[0][0], np.float64)
+    lp = _logprobs_program(module, *_forward(tokens), temperature=temperature)
+    return np.asarray(lp, np.float64)[: tokens.size]
 
 
 def _values(critic, tokens: np.ndarray) -> np.ndarray:
-    t, pos, seg = _forward(critic, tokens)
-    h, _ = critic.hidden(t, pos, segment_ids=seg)
-    return np.asarray(critic.value(h)[0], np.float64)
+    return np.asarray(_values_program(critic, *_forward(tokens)), np.float64)[: tokens.size]
 
 
 def _turn_spans(ep) -> list[tuple[int, int]]:

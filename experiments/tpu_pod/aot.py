@@ -49,13 +49,15 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jgem.algos.algorithms import ALGORITHMS, Algorithm
-from jgem.algos.learner import LearnerConfig, TrainState, _micro_layout, init_train_state
+from jgem.algos.config import LearnerConfig
+from jgem.algos.learner import TrainState, _micro_layout, init_train_state
 from jgem.algos.step import StepBatch, StepSpec, train_step
 from jgem.models.config import PRESETS, ModelConfig, preset
 from jgem.models.platform import target_platform
 from jgem.models.transformer import Transformer, scans_layers
 from jgem.rollout.slots import SlotEngine
-from jgem.sharding.mesh import MeshConfig, batch_axis_size, make_mesh
+from jgem.sharding.config import MeshConfig
+from jgem.sharding.mesh import batch_axis_size, make_mesh
 from jgem.sharding.rules import DEFAULT_RULES, batch_sharding, tree_shardings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -305,7 +307,7 @@ def measure_update(cfg: AotConfig, algo: Algorithm, mcfg: ModelConfig, mesh, chi
     M, n, r = _micro_layout(sb, lcfg, mesh)
     steps = lcfg.epochs * M * n
     rows = sb.tokens.shape[0]
-    with jax.set_mesh(mesh):  # as the trainer traces it (jgem.train.Trainer._on_mesh)
+    with jax.set_mesh(mesh):  # as the trainer traces it (jgem.train.run.Run.on_mesh)
         lowered = train_step.lower(
             state, sb, StepSpec.of(algo, gamma=cfg.gamma, lam=cfg.lam, kl_coef=cfg.learner.kl_coef)
         )

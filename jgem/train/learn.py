@@ -1,0 +1,137 @@
+"""The host side of a training step: episodes packed into one `StepBatch`, one upload, the step's one device
+program (`jgem.algos.step.train_step`: advantages, critic targets, reference log-probs and the update), one
+download of its metrics."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+
+from jgem.algos.step import StepBatch, StepSpec, prepare_batch, train_step
+from jgem.algos.types import TrainBatch
+from jgem.config import TrainConfig
+from jgem.rollout.batch import build_batch, pack_prompts
+from jgem.rollout.episode import Episode, turn_arrays
+from jgem.shapes import next_pow2
+from jgem.sharding.mesh import batch_axis_size
+from jgem.sharding.rules import shard_batch
+from jgem.train.run import Run
+
+
+class Learner(Run):
+    """A `Run` that updates its policy: `learn(episodes)` is one training step on them."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__(cfg)
+        self._train_step = self.on_mesh(train_step)
+        self._prepare = self.on_mesh(prepare_batch)
+        minibatches = math.lcm(cfg.learner.minibatches, cfg.warm_start.minibatches)
+        self.batch_divisor = minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
+        # this process's share of the [E, ...] episode arrays' shards (E is padded to a multiple of it)
+        self.episode_divisor = max(1, batch_axis_size(self.mesh) // jax.process_count())
+
+    def step_spec(self, *, sft: bool = False) -> StepSpec:
+        """How the step's program turns the batch into advantages: the algorithm's estimator, or supervised."""
+        if sft:
+            return StepSpec(None)
+        cfg = self.cfg
+        return StepSpec.of(self.algorithm, gamma=cfg.gamma, lam=cfg.lam, kl_coef=cfg.learner.kl_coef)
+
+    def learn(self, episodes: list[Episode], *, sft: bool = False) -> dict[str, float]:
+        """One update on `episodes`: pack, one upload, one program (`jgem.algos.step.train_step`), one download.
+        Returns the packing's metrics and the update's (unprefixed: loss, grad_norm, ...)."""
+        host, metrics = self.pack(episodes, sft=sft)
+        self.state, m = self._train_step(self.state, self.upload(host), self.step_spec(sft=sft))
+        return metrics | self.download(m)
+
+    def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
+        """The `TrainBatch` `learn` updates on (advantages, critic targets, reference log-probs on the tokens),
+        computed by the same device code, without the update: for tests and inspection."""
+        host, metrics = self.pack(episodes, sft=sft)
+        return self._prepare(self.state, self.upload(host), self.step_spec(sft=sft)), metrics
+
+    def pack(self, episodes: list[Episode], *, sft: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """This process's episodes as the host arrays of a `StepBatch` (and the packing's metrics).
+
+        Shapes agree over processes (one host all-gather of six integers): rows to a power-of-two multiple of the
+        batch divisor and row lengths to the longest, so the step compiles for a handful of shapes; episodes to a
+        multiple of this process's shards, turns to a power of two. Episode indices are global (process p's
+        episodes come after those of processes < p). With a critic, each truncated episode's cut state is one
+        row of `bootstrap_*` arrays that only the critic reads (its value there is the episode's bootstrap value)."""
+        cfg = self.cfg
+        episodes = [e for e in episodes if e.fault is None and e.num_turns > 0]
+        if not episodes:
+            raise RuntimeError("every episode of this step faulted; check the env (see rollout/faults)")
+        critic = not sft and self.state.critic_params is not None
+        K = next_pow2(max(e.num_turns for e in episodes))
+        zeros = np.zeros((len(episodes), K), np.float32)
+        packed = build_batch(
+            episodes,
+            zeros,
+            view=cfg.rollout.view,
+            pad_id=self.chat.pad_id,
+            buckets=cfg.batch_buckets,
+            batch_divisor=self.batch_divisor,
+            returns=zeros if critic else None,
+            values=zeros if critic else None,
+        )
+        d = self.batch_divisor
+        shape = lambda a: (next_pow2(math.ceil(a["tokens"].shape[0] / d)) * d, a["tokens"].shape[1]) if a else (0, 0)
+        boot = {}
+        if critic:
+            cut = {i: e.next_prompt for i, e in enumerate(episodes) if e.next_prompt is not None}
+            boot = pack_prompts(cut, buckets=cfg.batch_buckets, batch_divisor=d, pad_id=self.chat.pad_id)
+        K, E, rows_, T_, rows_b, T_b = agree_max(K, len(episodes), *shape(packed.arrays), *shape(boot))
+        E = -(-E // self.episode_divisor) * self.episode_divisor
+        first = jax.process_index() * E  # this process's episodes' global indices start here
+        glob = lambda idx: np.where(idx >= 0, idx + first, -1).astype(np.int32)
+        pad = lambda x, n, t, fill=0: np.pad(x, [(0, n - x.shape[0]), (0, t - x.shape[1])], constant_values=fill)
+        names = ["tokens", "positions", "segment_ids", "loss_mask", "old_logprobs"]
+        names += ["value_mask"] if critic else []
+        host = {k: pad(packed.arrays[k], rows_, T_) for k in names}
+        host["token_episode"] = pad(glob(packed.token_episode), rows_, T_, -1)
+        host["token_turn"] = pad(packed.token_turn, rows_, T_, -1)
+        for k in ("tokens", "positions", "segment_ids") if critic else ():
+            host[f"bootstrap_{k}"] = pad(boot[k], rows_b, T_b)
+        if critic:
+            host["bootstrap_episode"] = pad(glob(boot["key"]), rows_b, T_b, -1)
+        host |= turn_arrays(episodes, num_turns=K, num_rows=E)
+        host.pop("values", None)  # the sampler's per-turn values (none here): a critic's come from the step
+        metrics: dict[str, float] = dict(packed.metrics)
+        if critic:
+            metrics["rollout/bootstrapped"] = float(sum(e.next_prompt is not None for e in episodes))
+        return host, metrics
+
+    def upload(self, host: dict[str, np.ndarray]) -> StepBatch:
+        """The step's one host-to-device transfer: every array of the batch, sharded by rows over the mesh."""
+        return StepBatch(**shard_batch(host, self.mesh))
+
+    @staticmethod
+    def download(metrics: dict[str, jax.Array]) -> dict[str, float]:
+        """The step's one device-to-host transfer: its metrics."""
+        return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+
+def check_finite_loss(loss: float, step: int, episodes: list[Episode], what: str = "train/loss") -> None:
+    """Stop the run on a non-finite loss: training on NaN silently would waste the run (and its checkpoints)."""
+    if math.isfinite(loss):
+        return
+    returns = [sum(t.reward for t in e.transitions) for e in episodes]
+    bad = sum(not math.isfinite(r) for r in returns)
+    raise FloatingPointError(
+        f"{what} is {loss} at step {step + 1} ({bad} of {len(returns)} episodes have a non-finite return); "
+        "the run stops here, before a checkpoint is written. Check the env's rewards, learner.lr and "
+        "learner.max_grad_norm, or resume from the last checkpoint with a lower learner.lr"
+    )
+
+
+def agree_max(*values: int) -> tuple[int, ...]:
+    """The maximum of each value over processes (one host all-gather; the values themselves in one process)."""
+    if jax.process_count() == 1:
+        return values
+    from jax.experimental import multihost_utils
+
+    gathered = np.asarray(multihost_utils.process_allgather(np.asarray(values, np.int64)))
+    return tuple(int(v) for v in gathered.reshape(-1, len(values)).max(axis=0))

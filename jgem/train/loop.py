@@ -1,0 +1,253 @@
+"""The training loop: collect -> one device step -> log -> checkpoint -> evaluate.
+
+`Trainer(cfg).run()` resumes from `cfg.run_dir` when it holds a checkpoint. Every step is a function of
+(params, optimizer state, step) only: the episode seeds and the sampling key are derived from the step,
+the curriculum is a function of the step, and no episode is in flight between steps. So a run killed at
+any moment and resumed from its last checkpoint ends with the same params as one never interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from jgem.algos.step import train_step
+from jgem.checkpoint import CheckpointConfig, Checkpointer
+from jgem.config import TrainConfig
+from jgem.metrics import MetricsLogger, WandbWriter, plot_curves
+from jgem.train.evaluate import episode_metrics, eval_metrics
+from jgem.train.learn import Learner, check_finite_loss
+from jgem.train.progress import CONSOLE_KEYS, Progress, curve_keys
+from jgem.train.warm_start import warm_start
+
+# The trainer's host state in every checkpoint (beside the run config): all a resume needs besides the device state
+HOST_KEYS = ("step", "episodes", "warm_start_done")
+# Config fields a resumed run may change: where it writes and how often, not what it trains
+RESUMABLE_FIELDS = (
+    "run_dir",  # the checkpoints found there are the run's: it may be moved, or named relatively
+    "steps",
+    "resume",
+    "plot",
+    "console",
+    "log",  # where metrics go, not what is trained
+    "eval_every",
+    "eval_episodes",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "eval_max_turns",
+    "env.imports",  # where env ids come from, not which env; older runs lack it
+    "learner.keep_logits_mb",  # memory vs speed only (the same log-probs); older runs lack it
+    "rollout.chunk_steps",  # how the engine schedules work, not what it samples
+    "model.scan_layers",  # how the program is laid out, not what it computes
+    "rollout.extend_chunk",
+)
+
+
+class Trainer(Learner):
+    """Builds everything a run needs from a `TrainConfig`; `run()` trains and returns the final summary."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__(cfg)
+        # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
+        self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        ckpt, logger, progress = self._open_outputs()
+        summary: dict[str, Any] = {}
+        t_start = time.perf_counter()
+        last_checkpoint = None
+        try:
+            if not self._resume(ckpt, logger, progress) and cfg.eval_every:
+                summary["initial_eval"] = self._evaluate(0, "random init", progress)
+                logger.log(-cfg.warm_start.steps if not self.host["warm_start_done"] else 0, summary["initial_eval"])
+            if not self.host["warm_start_done"]:
+                summary |= self._warm_phase(ckpt, logger, progress)
+            last_eval = summary.get("warm_start_eval", summary.get("initial_eval", {}))
+            progress.start("train", cfg.steps, self.host["step"])
+            for step in range(self.host["step"], cfg.steps):
+                metrics = self.train_step(step)
+                self.host["step"] = step + 1
+                progress.advance(metrics)
+                evaluated = bool(cfg.eval_every) and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps)
+                if evaluated:
+                    last_eval = self._evaluate(step + 1, f"after step {step + 1}", progress)
+                    metrics |= last_eval
+                logger.log(step + 1, metrics)
+                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+                    ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
+            progress.stop()
+            ckpt.wait()
+            last_checkpoint = ckpt.latest_step()
+            summary |= {"final_eval": last_eval, "params_sha256": params_digest(self.state.params), "steps": cfg.steps}
+            logger.close()
+            if cfg.plot and jax.process_index() == 0 and cfg.steps:
+                title = f"{cfg.algorithm} on {cfg.env.env_id}"
+                curves = plot_curves(logger.jsonl_path, self.run_dir / "curves.png", curve_keys(cfg), title=title)
+                summary["plot"] = str(curves)
+        finally:
+            progress.stop()
+            ckpt.close()
+            logger.close()
+            self.close()
+        if jax.process_index() == 0:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        progress.print(self._end_note(summary, last_checkpoint, time.perf_counter() - t_start), markup=False)
+        return summary
+
+    def train_step(self, step: int) -> dict[str, float]:
+        """One RL step: play its episodes, learn from them; the step's metrics."""
+        t0 = time.perf_counter()
+        episodes = self.collect(step)
+        t1 = time.perf_counter()
+        metrics = {k if "/" in k else f"train/{k}": v for k, v in self.learn(episodes).items()}
+        check_finite_loss(metrics["train/loss"], step, episodes)
+        t2 = time.perf_counter()
+        self.host["episodes"] += len(episodes)
+        metrics |= episode_metrics(episodes, "rollout") | self.engine.stats.as_metrics()
+        metrics |= {
+            "time/collect_s": t1 - t0,
+            "time/update_s": t2 - t1,
+            "rollout/max_turns": float(self.horizon(step)),  # the env's limit, or the curriculum's below it
+            "curriculum/stage": float(self.curriculum.stage(step)),
+            "compile/rollout": float(self.engine.num_compilations),
+            "compile/update": float(train_step._cache_size()),
+            "pool/faults_total": float(self.pool.num_faults),
+        }
+        return metrics
+
+    def warm_start(self, log) -> None:
+        """The supervised warm start (`jgem.train.warm_start`), `log(step, metrics)` after each of its steps."""
+        warm_start(self, log)
+        self.host["warm_start_done"] = True
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Eval metrics on the held-out seeds, with the horizon evaluation ran at and the training horizon of `step`."""
+        return eval_metrics(self, step, self.collect(step, eval=True))
+
+    # -- the loop's parts ---------------------------------------------------------------------------
+
+    def _open_outputs(self) -> tuple[Checkpointer, MetricsLogger, Progress]:
+        """The run's checkpointer, metrics logger and progress display (and its start note, where they write)."""
+        cfg, primary = self.cfg, jax.process_index() == 0
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt = Checkpointer(
+            CheckpointConfig(
+                str(self.run_dir / "checkpoints"),
+                keep_last=cfg.keep_checkpoints,
+                best_metric="eval/success_rate" if cfg.eval_every else None,
+            ),
+            run_config=cfg,
+            defaults=TrainConfig(),  # a field newer than the run's checkpoints resumes at its default
+            ignore_fields=RESUMABLE_FIELDS,
+        )
+        log, writers = cfg.log, []
+        if log.wandb and primary:
+            writers.append(
+                WandbWriter(
+                    self.run_dir,
+                    project=log.wandb_project,
+                    entity=log.wandb_entity,
+                    name=log.wandb_name,
+                    mode=log.wandb_mode,
+                    config=cfg.to_dict(),
+                )
+            )
+        progress = Progress(enabled=cfg.console and primary)
+        logger = MetricsLogger(
+            self.run_dir,
+            # in a terminal, metric rows every ~5% of the steps beside the progress bar; elsewhere the progress
+            # lines (one per step) carry the metrics
+            console=progress.interactive,
+            jsonl=primary,
+            tensorboard=primary,
+            console_keys=CONSOLE_KEYS,
+            console_every=max(1, cfg.steps // 20),
+            writers=writers,
+        )
+        progress.print(self._outputs_note(bool(writers)), markup=False)
+        return ckpt, logger, progress
+
+    def _resume(self, ckpt: Checkpointer, logger: MetricsLogger, progress: Progress) -> bool:
+        """Restore the latest checkpoint (with `cfg.resume`); whether there was one. A fresh run writes its
+        config.json. Either way the logger rewinds to where the run stands: one log line per step, the warm start
+        at steps 1 - W .. 0, the initial evaluation before it at -W."""
+        restored = ckpt.restore_latest(self.state) if self.cfg.resume else None
+        if restored is None:
+            logger.rewind(-self.cfg.warm_start.steps - 1)
+            (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2, default=str))
+            return False
+        self.state = restored.state
+        self.host = {k: restored.host[k] for k in HOST_KEYS}
+        logger.rewind(self.host["step"])
+        progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}", markup=False)
+        return True
+
+    def _warm_phase(self, ckpt: Checkpointer, logger: MetricsLogger, progress: Progress) -> dict[str, Any]:
+        """The warm start, its evaluation and its checkpoint (step 0)."""
+        progress.start("warm start", self.cfg.warm_start.steps)
+
+        def log(step: int, metrics: dict[str, float]) -> None:
+            logger.log(step, metrics)
+            progress.advance(metrics)
+
+        self.warm_start(log)
+        progress.stop()
+        out = {}
+        if self.cfg.eval_every:
+            out["warm_start_eval"] = self._evaluate(0, "after the warm start", progress)
+            logger.log(0, out["warm_start_eval"])
+        ckpt.save(0, self.state, self.host, metrics=out.get("warm_start_eval"))
+        return out
+
+    def _evaluate(self, step: int, what: str, progress: Progress) -> dict[str, float]:
+        """`evaluate(step)`, saying so before (it may take minutes) and what it measured after."""
+        progress.evaluating(self.cfg.eval_episodes * jax.process_count(), what)
+        metrics = self.evaluate(step)
+        progress.evaluated(metrics, what)
+        return metrics
+
+    def _outputs_note(self, wandb: bool) -> str:
+        """Where the run writes (printed at its start)."""
+        d = self.run_dir
+        lines = [
+            f"run dir {d}/ (config.json)",
+            f"  metrics      {d / 'metrics.jsonl'}",
+            f"  tensorboard  {d / 'tb'}/",
+            f"  checkpoints  {d / 'checkpoints'}/",
+        ]
+        if wandb:
+            lines.append(f"  wandb        {d / 'wandb'}/ ({self.cfg.log.wandb_mode})")
+        return "\n".join(lines)
+
+    def _end_note(self, summary: dict[str, Any], last_checkpoint: int | None, seconds: float) -> str:
+        """Where the run's results are (printed at its end)."""
+        d = self.run_dir
+        lines = [f"done: {self.cfg.steps} steps in {seconds / 60:.1f} min", f"  summary          {d / 'summary.json'}"]
+        if "plot" in summary:
+            lines.append(f"  learning curves  {summary['plot']}")
+        if last_checkpoint is not None:
+            lines.append(f"  last checkpoint  {d / 'checkpoints' / str(last_checkpoint)}/ (step {last_checkpoint})")
+        return "\n".join(lines)
+
+
+def params_digest(params: Any) -> str:
+    """sha256 over every parameter's bytes in tree order (equal digests: bit-identical params)."""
+    import hashlib
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        params = multihost_utils.process_allgather(params, tiled=True)
+    h = hashlib.sha256()
+    for leaf in jax.tree.leaves(jax.device_get(params)):
+        h.update(np.ascontiguousarray(leaf).tobytes())
+    return h.hexdigest()
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    return Trainer(cfg).run()

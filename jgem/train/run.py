@@ -1,0 +1,189 @@
+"""The composition root: everything a run plays episodes with, built once from a `TrainConfig`.
+
+`Run(cfg)` builds the mesh, the curriculum, the chat format, the policy (and PPO's critic), the learner state
+placed on the mesh, the env pool and the rollout engine, and plays a step's episodes (`collect`). With
+`optimizer=False` the state holds no optimizer moments (evaluation and export: a checkpoint's policy restores into
+it, `restore_policy`, without reading the optimizer's share of the checkpoint).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+from flax import nnx
+
+from jgem.algos.algorithms import get_algorithm
+from jgem.algos.critic import make_critic
+from jgem.algos.learner import TrainState, init_train_state
+from jgem.config import TrainConfig, validate
+from jgem.curriculum import Curriculum
+from jgem.envs.pool import EnvPool
+from jgem.envs.with_tools import tool_wrapper
+from jgem.models.config import ModelConfig, preset
+from jgem.models.hf import load_pretrained
+from jgem.models.tokenizer import ChatFormat, load_tokenizer
+from jgem.models.transformer import Transformer
+from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
+from jgem.rollout.episode import Episode
+from jgem.sharding.mesh import make_mesh
+
+EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
+MAX_TURNS_CAP = 1000  # with no curriculum, the env's own limit applies; this only bounds a runaway env
+
+
+def env_turn_limit(env_id: str, env_kwargs: dict[str, Any]) -> int | None:
+    """The env's own turn limit, read from its registered spec (the `max_turns` its entry point is called with:
+    the call's kwargs over the registered ones over the entry point's default), without building the env. None
+    when it has none (a `-random` variant draws one per episode)."""
+    from jgem.registry import spec
+
+    s = spec(env_id)
+    kwargs = {**s.kwargs, **env_kwargs}
+    if "max_turns" in kwargs:
+        limit = kwargs["max_turns"]
+    else:
+        param = inspect.signature(s.load()).parameters.get("max_turns")
+        limit = None if param is None else param.default
+    return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+
+
+class Run:
+    """A run's pieces, built from `cfg` (see the module docstring)."""
+
+    def __init__(self, cfg: TrainConfig, *, optimizer: bool = True) -> None:
+        validate(cfg, jax.device_count())
+        self.cfg = cfg
+        self.algorithm = get_algorithm(cfg.algorithm)
+        self.run_dir = Path(cfg.run_dir)
+        self.mesh = make_mesh(cfg.mesh)
+        self.curriculum = (
+            Curriculum(cfg.curriculum.horizons, cfg.curriculum.stage_steps)
+            if cfg.curriculum.horizons
+            else Curriculum.constant(MAX_TURNS_CAP)
+        )
+        self.env_max_turns = None if cfg.env.backend == "remote" else env_turn_limit(cfg.env.env_id, cfg.env.env_kwargs)
+
+        tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path)
+        system = cfg.env.system_prompt if cfg.rollout.view == "per_turn" else None
+        self.chat = ChatFormat(tokenizer, system=system)
+        model, critic, self.model_cfg = build_models(
+            cfg, tokenizer, self.mesh, critic=optimizer and self.algorithm.critic
+        )
+        # With a KL penalty, the state carries the frozen reference policy: the policy RL starts from (the
+        # initial one, or the warm-started one after a warm start); checkpoints keep it, so resume is exact.
+        # An algorithm with kl="reward" (REINFORCE++) folds its KL penalty into the rewards, so its loss has none
+        self.state: TrainState = init_train_state(
+            model,
+            self.algorithm.learner(cfg.learner),
+            self.mesh,
+            critic=critic,
+            seed=cfg.seed,
+            reference=optimizer and cfg.learner.kl_coef > 0,
+            optimizer=optimizer,
+        )
+        self.pool = EnvPool(
+            cfg.env.env_id,
+            cfg.env.num_envs,
+            backend=cfg.env.backend,
+            num_workers=cfg.env.num_workers,
+            step_timeout=cfg.env.step_timeout,
+            env_kwargs=dict(cfg.env.env_kwargs),
+            wrappers=tool_wrapper(cfg.env) + tuple(wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt)),
+            remote_urls=cfg.env.remote_urls,
+            remote_token=cfg.env.read_remote_token(),  # read here, never kept in the config
+            imports=cfg.env.imports,
+        )
+        self.engine = RolloutEngine(
+            self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.mesh
+        )
+
+    def on_mesh(self, fn: Callable) -> Callable:
+        """`fn` called (and so traced) with the run's mesh in context (jax.set_mesh): the model's activation
+        constraints apply, and a fused attention kernel (Pallas splash on TPU) runs per shard (shard_map)."""
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            with jax.set_mesh(self.mesh):
+                return fn(*args, **kwargs)
+
+        return call
+
+    def specs(self, step: int, *, eval: bool = False) -> list[EpisodeSpec]:
+        """The episodes of a step: groups of `group_size` episodes share a seed (one start state)."""
+        cfg = self.cfg
+        n = cfg.eval_episodes if eval else cfg.episodes_per_step
+        g = 1 if eval else cfg.group_size
+        # Episodes are numbered over all processes (process p plays n of them from p * n on): ids, groups and seeds,
+        # hence the sampled tokens, are those of one process playing all of them.
+        procs, first = jax.process_count(), jax.process_index() * n
+        base = (EVAL_SEED_OFFSET if eval else 0) + cfg.seed * 7_919_000 + (0 if eval else step * n * procs)
+        return [EpisodeSpec(i, group_id=i // g, seed=base + i // g) for i in range(first, first + n)]
+
+    def horizon(self, step: int, *, eval: bool = False) -> int:
+        """The turn limit episodes are cut at: in training the curriculum's current one; in evaluation
+        `eval_max_turns`, else the env's own (so evaluations at different curriculum stages compare)."""
+        cut = (self.cfg.eval_max_turns or MAX_TURNS_CAP) if eval else self.curriculum.max_turns(step)
+        return min(cut, self.env_max_turns) if self.env_max_turns else cut
+
+    def collect(self, step: int, *, eval: bool = False) -> list[Episode]:
+        """Step `step`'s episodes (or its evaluation's), played by the current policy to the end."""
+        cfg = self.cfg
+        key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
+        return self.engine.collect(
+            self.state.model(),
+            self.specs(step, eval=eval),
+            key,
+            max_turns=self.horizon(step, eval=eval),
+            greedy=cfg.eval_greedy if eval else None,
+        )
+
+    def restore_policy(self, checkpoints: str | Path, step: int) -> None:
+        """The policy (params and the frozen rest of the model, and the update count) of checkpoint `step` under
+        `checkpoints`, read into `state`: the optimizer's moments, the critic and the reference policy stay on
+        disk."""
+        from jgem.checkpoint import CheckpointConfig, Checkpointer
+
+        with Checkpointer(CheckpointConfig(str(checkpoints))) as ckpt:
+            if step not in ckpt.all_steps():
+                raise FileNotFoundError(f"{checkpoints} has no step {step}; it has {ckpt.all_steps()}")
+            keep = ("step", "params", "model_state")
+            part = ckpt.restore_part(step, {k: getattr(self.state, k) for k in keep})
+        self.state = self.state.replace(**part)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def build_models(
+    cfg: TrainConfig, tokenizer: Any, mesh: jax.sharding.Mesh, *, critic: bool
+) -> tuple[Transformer, Transformer | None, ModelConfig]:
+    """(the policy, PPO's critic when `critic`, the model config): loaded from `cfg.model.path` (a Hugging Face
+    checkpoint) or initialised from `cfg.model.preset` with `cfg.seed`."""
+    dt = dict(
+        dtype=cfg.model.dtype,
+        param_dtype=cfg.model.param_dtype,
+        remat=cfg.model.remat,
+        attention=cfg.model.attention,
+        scan_layers=cfg.model.scan_layers,
+        lora=cfg.model.lora,
+    )
+    if cfg.model.path is not None:
+        model, mcfg = load_pretrained(cfg.model.path, mesh=mesh, seed=cfg.seed, **dt)
+        value = load_pretrained(cfg.model.path, mesh=mesh, value_head=True, seed=cfg.seed, **dt)[0] if critic else None
+        return model, value, mcfg
+    mcfg = preset(cfg.model.preset, **dt)
+    if len(tokenizer) > mcfg.vocab_size:
+        raise ValueError(
+            f"tokenizer has {len(tokenizer)} tokens but preset {cfg.model.preset!r} has "
+            f"vocab_size {mcfg.vocab_size}; use a matching tokenizer or preset"
+        )
+    model = Transformer(mcfg, rngs=nnx.Rngs(cfg.seed))
+    value = None
+    if critic:
+        value = make_critic(mcfg, policy=model if cfg.critic_from_policy else None, seed=cfg.seed + 1)
+    return model, value, mcfg
