@@ -12,10 +12,10 @@ ENV_ID = "test-custom:TinyGuess-v0"
 
 
 class TinyGuess(GuessTheNumberEnv):
-    """Guess a number in 1..4 within 2 turns."""
+    """Guess a number in 1..4 within 2 turns (the default of `max_turns`, which is where the trainer reads it)."""
 
-    def __init__(self, seed: int | None = None) -> None:
-        super().__init__(min_number=1, max_number=4, max_turns=2, seed=seed)
+    def __init__(self, max_turns: int = 2, seed: int | None = None) -> None:
+        super().__init__(min_number=1, max_number=4, max_turns=max_turns, seed=seed)
 
 
 register(ENV_ID, "tests.custom_envs:TinyGuess", overwrite=True)
