@@ -46,7 +46,6 @@ chromium:
 	@$(CHROMIUM_SETUP)
 
 test: $(STAMP) $(LIBTPU)/.installed chromium
-	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q --durations=15 tests
 
 bench: $(VENV)/.bench

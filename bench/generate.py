@@ -39,8 +39,9 @@ from jgem import hostmem
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import save_pretrained
 from jgem.models.transformer import Transformer
+from jgem.rollout.config import Sampling
 from jgem.rollout.generate import generate
-from jgem.rollout.slots import Sampling, SlotEngine
+from jgem.rollout.slots import SlotEngine
 from jgem.sharding.config import MeshConfig
 from jgem.sharding.mesh import make_mesh
 

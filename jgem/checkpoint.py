@@ -2,7 +2,7 @@
 
 Each step directory holds `state` (any pytree of jax arrays, saved asynchronously; sharded arrays
 restore onto the shardings of the target you pass) and `host` (JSON: `step`, the caller's host dict, and the
-run config with its fingerprint). The trainer's host dict is `Trainer.host` (jgem/train.py, keys `HOST_KEYS`):
+run config with its fingerprint). The trainer's host dict is `Trainer.host` (jgem/train/loop.py, keys `HOST_KEYS`):
 `step`, `episodes` and `warm_start_done`. Nothing else is needed to resume exactly: episode seeds, the
 sampling key and the curriculum stage are functions of the step, and the metrics log is rewound to it.
 Orbax writes a step into a temporary directory and renames it only when complete, so a run killed

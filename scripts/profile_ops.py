@@ -35,7 +35,9 @@ from flax import nnx
 from jgem.models.config import preset
 from jgem.models.head import token_logprobs
 from jgem.models.transformer import Transformer
-from jgem.rollout.slots import Sampling, SlotEngine
+from jgem.rollout.config import Sampling
+from jgem.rollout.slots import SlotEngine
+from jgem.shapes import next_pow2
 
 
 def _trace_ops(fn, hlo_text: str) -> list[tuple[str, float, int]]:
@@ -103,7 +105,7 @@ def main() -> None:
     else:
         b, new = args.batch, args.new_tokens
         # a slot of a power of two >= 64 + new: the chunk attends the whole slot (its window), as lowered below
-        max_len = max(128, 1 << (63 + new).bit_length())
+        max_len = max(128, next_pow2(63 + new))
         engine = SlotEngine(cfg, num_slots=b, max_len=max_len, eos_ids=[], chunk_steps=new)
         split = nnx.split(model)
         prompts = rng.integers(0, cfg.vocab_size, (b, 64)).tolist()

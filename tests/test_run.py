@@ -57,3 +57,42 @@ def test_the_turn_limit_takes_the_runs_env_kwargs_and_never_builds_the_env(monke
     with pytest.raises(KeyError, match="unknown env id"):
         env_turn_limit("test:no-such-env-v0", {})
     assert spec("game:GuessTheNumber-v0-easy").kwargs["max_turns"] == env_turn_limit("game:GuessTheNumber-v0-easy", {})
+
+
+def test_a_policy_restores_alone_from_a_checkpoint_with_a_critic_a_reference_and_lora(tmp_path):
+    """`Run(optimizer=False).restore_policy` reads `step`, `params` (here LoRA's adapters) and `model_state` (the
+    frozen base) of a PPO checkpoint with a KL reference: the fields it skips (optimizer moments, critic, reference)
+    are in the checkpoint, and what it reads equals what was saved, bit for bit."""
+    import jax
+
+    from jgem.checkpoint import CheckpointConfig, Checkpointer
+    from jgem.models.config import LoraConfig
+    from jgem.train.loop import params_digest
+    from jgem.train.run import Run
+    from tests.train_utils import small_config
+
+    cfg = small_config(
+        str(tmp_path), algorithm="ppo", model={"lora": LoraConfig(rank=4, alpha=8.0)}, learner={"kl_coef": 0.1}
+    )
+    trained = Run(cfg)
+    trained.close()
+    state = trained.state
+    assert state.critic_params is not None and state.ref_params is not None and state.opt_state is not None
+    # a policy that differs from a fresh init's: adapters moved off zero, a non-zero update count
+    moved = jax.tree.map(lambda x: x + 0.25, state.params)
+    state = state.replace(params=moved, step=state.step + 3)
+    with Checkpointer(CheckpointConfig(str(tmp_path / "checkpoints"))) as ckpt:
+        ckpt.save(3, state, {"step": 3})
+    run = Run(cfg, optimizer=False)
+    try:
+        assert run.state.opt_state is None and run.state.critic_params is None and run.state.ref_params is None
+        assert params_digest(run.state.params) != params_digest(moved)
+        run.restore_policy(tmp_path / "checkpoints", 3)
+        assert params_digest(run.state.params) == params_digest(moved)
+        assert params_digest(run.state.model_state) == params_digest(state.model_state)
+        assert int(run.state.step) == int(state.step)
+        assert run.state.opt_state is None and run.state.critic_params is None
+        with pytest.raises(FileNotFoundError, match="has no step 4; it has \\[3\\]"):
+            run.restore_policy(tmp_path / "checkpoints", 4)
+    finally:
+        run.close()

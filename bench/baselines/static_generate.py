@@ -25,13 +25,10 @@ from flax import nnx
 from jgem.models.config import ModelConfig
 from jgem.models.kvcache import init_slots
 from jgem.rollout.sampling import sample_logits
+from jgem.shapes import next_pow2
 
 Array = jax.Array
 MIN_PROMPT_BUCKET = 64
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
 
 
 @flax.struct.dataclass
@@ -57,10 +54,10 @@ class StaticGenerate:
         return self._traces
 
     def bucket_batch(self, n: int) -> int:
-        return _pow2(n)
+        return next_pow2(n)
 
     def bucket_prompt(self, n: int) -> int:
-        return max(MIN_PROMPT_BUCKET, _pow2(n))
+        return max(MIN_PROMPT_BUCKET, next_pow2(n))
 
     def generate(
         self,

@@ -176,9 +176,10 @@ class BrowserSession:
 
     @property
     def _page_call_s(self) -> float:
-        """The bound of a call that waits for a page: the browser's part and the page's, `timeout_s` each, and
-        the settling after it."""
-        return 2 * self.timeout_s + SETTLE_S + 1.0
+        """The bound of a call that waits for a page (`Tabs.settle`): the page the action led to, `timeout_s`; a
+        popup it asked for, SETTLE_S; the settling, SETTLE_S, in which a redirect's document gets `timeout_s`
+        again. Past it the browser is taken for hung; within it a page that never settles is a `PageTimeout`."""
+        return 2 * self.timeout_s + 2 * SETTLE_S + 1.0
 
     def _after_fork(self) -> None:
         """In a forked child the parent's Chromium is not ours: forget it (never kill it) and start afresh."""
