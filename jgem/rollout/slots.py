@@ -40,6 +40,7 @@ from jgem.rollout import programs
 from jgem.rollout.config import Sampling
 from jgem.rollout.programs import LIVE, NTOK, STATE_COLUMNS, Layout
 from jgem.shapes import next_pow2
+from jgem.sharding.mesh import process_max
 
 Array = jax.Array
 MIN_EXTEND_LEN = 16  # the shortest extend bucket, in tokens
@@ -427,12 +428,7 @@ class SlotEngine:
     def agree(self, values: Sequence[int]) -> list[int]:
         """The element-wise max of `values` over processes (lockstep), else `values`: every process then runs the
         same programs on the same shapes."""
-        if not self.lockstep:
-            return [int(v) for v in values]
-        from jax.experimental import multihost_utils
-
-        gathered = multihost_utils.process_allgather(np.asarray(values, np.int64))
-        return [int(v) for v in np.asarray(gathered).reshape(-1, len(values)).max(axis=0)]
+        return process_max(values) if self.lockstep else [int(v) for v in values]
 
     def _global(self, local: np.ndarray) -> Array:
         """Rows for a program, this process's shards' blocks in order, as the global array over the batch axes."""

@@ -31,6 +31,17 @@ def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mes
     return Mesh(dev_array, AXES, axis_types=(AxisType.Auto,) * len(AXES))
 
 
+def process_max(values) -> list[int]:
+    """The element-wise maximum of `values` (integers) over all processes: one host all-gather; in one process,
+    `values` themselves. Every process must call it, with as many values."""
+    if jax.process_count() == 1:
+        return [int(v) for v in values]
+    from jax.experimental import multihost_utils
+
+    gathered = multihost_utils.process_allgather(np.asarray(values, np.int64))
+    return [int(v) for v in np.asarray(gathered).reshape(-1, len(values)).max(axis=0)]
+
+
 def batch_axis_size(mesh: Mesh) -> int:
     """Number of shards of the batch dimension (data * fsdp)."""
     return mesh.shape["data"] * mesh.shape["fsdp"]

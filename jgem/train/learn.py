@@ -15,7 +15,7 @@ from jgem.config import TrainConfig
 from jgem.rollout.batch import build_batch, pack_prompts
 from jgem.rollout.episode import Episode, turn_arrays
 from jgem.shapes import next_pow2
-from jgem.sharding.mesh import batch_axis_size
+from jgem.sharding.mesh import batch_axis_size, process_max
 from jgem.sharding.rules import shard_batch
 from jgem.train.run import Run
 
@@ -83,7 +83,7 @@ class Learner(Run):
         if critic:
             cut = {i: e.next_prompt for i, e in enumerate(episodes) if e.next_prompt is not None}
             boot = pack_prompts(cut, buckets=cfg.batch_buckets, batch_divisor=d, pad_id=self.chat.pad_id)
-        K, E, rows_, T_, rows_b, T_b = agree_max(K, len(episodes), *shape(packed.arrays), *shape(boot))
+        K, E, rows_, T_, rows_b, T_b = process_max([K, len(episodes), *shape(packed.arrays), *shape(boot)])
         E = -(-E // self.episode_divisor) * self.episode_divisor
         first = jax.process_index() * E  # this process's episodes' global indices start here
         glob = lambda idx: np.where(idx >= 0, idx + first, -1).astype(np.int32)
@@ -125,13 +125,3 @@ def check_finite_loss(loss: float, step: int, episodes: list[Episode], what: str
         "the run stops here, before a checkpoint is written. Check the env's rewards, learner.lr and "
         "learner.max_grad_norm, or resume from the last checkpoint with a lower learner.lr"
     )
-
-
-def agree_max(*values: int) -> tuple[int, ...]:
-    """The maximum of each value over processes (one host all-gather; the values themselves in one process)."""
-    if jax.process_count() == 1:
-        return values
-    from jax.experimental import multihost_utils
-
-    gathered = np.asarray(multihost_utils.process_allgather(np.asarray(values, np.int64)))
-    return tuple(int(v) for v in gathered.reshape(-1, len(values)).max(axis=0))
