@@ -15,7 +15,7 @@ from tyro.constructors import PrimitiveConstructorSpec
 from jgem.algos.algorithms import ALGORITHMS
 from jgem.algos.config import LearnerConfig
 from jgem.models.config import LoraConfig
-from jgem.rollout.config import RolloutConfig
+from jgem.rollout.config import MAX_RESAMPLE_ROUNDS, RolloutConfig
 from jgem.sharding.config import MeshConfig
 
 
@@ -82,6 +82,10 @@ class EnvConfig:
     """passages one search call returns"""
     mcp_server: str | None = None
     """the mcp tool's server: a streamable-HTTP URL, or a stdio server's command line"""
+    tool_format: str = "gem_tags"
+    """how the model calls the tools (docs/tools.md): gem_tags (GEM's <python>/<search> tags, instructions in the
+    first observation), hermes (Qwen2.5/Qwen3 <tool_call> JSON, the schemas given to the chat template's tools=,
+    results as tool messages), llama3_json (Llama 3.1 JSON calls, results as ipython messages)"""
 
     def read_remote_token(self) -> str | None:
         """The env servers' bearer token for the remote backend: the first line of `remote_token_file`, else
@@ -428,7 +432,7 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
             errors.append(f"{f('env.backend')} remote needs {f('env.remote_urls')} (one or more env server URLs)")
     from jgem.envs.with_tools import tool_errors
 
-    errors += tool_errors(tuple(cfg.env.tools), cfg.env.mcp_server)
+    errors += tool_errors(tuple(cfg.env.tools), cfg.env.mcp_server, cfg.env.tool_format)
     errors += log_errors(cfg.log, f)
     if cfg.warm_start.steps > 0 and known_env:  # an unknown id has its own message; no solver hint on top
         from jgem.envs.games.solvers import has_solver
@@ -455,6 +459,19 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
         )
     if algorithm is not None and algorithm.grouped and cfg.group_size < 2:
         errors.append(f"{cfg.algorithm} normalises within groups of rollouts; set {f('group_size')} >= 2 (e.g. 8)")
+    if cfg.rollout.dynamic_sampling and algorithm is not None and not algorithm.grouped:
+        grouped = ", ".join(a for a in ALGORITHMS.names() if ALGORITHMS.get(a).grouped)
+        errors.append(
+            f"{f('rollout.dynamic_sampling')} drops the groups whose returns are all equal, which carry no signal "
+            f"only to a group estimator, and {cfg.algorithm} has none; use one of {grouped} (with {f('group_size')} "
+            f">= 2), or drop {f('rollout.dynamic_sampling')}"
+        )
+    rounds = cfg.rollout.max_resample_rounds
+    if not (isinstance(rounds, int) and not isinstance(rounds, bool) and 0 <= rounds <= MAX_RESAMPLE_ROUNDS):
+        errors.append(
+            f"{f('rollout.max_resample_rounds')} is {rounds!r}; it must be an integer in [0, {MAX_RESAMPLE_ROUNDS}] "
+            "(the extra rounds of groups a step may play)"
+        )
     if cfg.learner.temperature != cfg.rollout.temperature:
         errors.append(
             f"{f('learner.temperature')} {cfg.learner.temperature} differs from {f('rollout.temperature')} "

@@ -6,6 +6,9 @@ URL or a stdio command line. The wrapper is a `functools.partial` of a module-le
 workers can build it; each process opens one search index and one MCP connection per server, shared by
 its envs (tools are shared services, docs/tools.md) and by every pool it builds: the process owns them, so
 closing an env or a pool leaves them open, and they are closed at exit.
+
+`EnvConfig.tool_format` says how the model calls them (`jgem.envs.tools.formats`): GEM's tags, or a native format
+whose function schemas go to the chat template (`tool_schemas`, which the run's `ChatFormat` takes as `tools=`).
 """
 
 from __future__ import annotations
@@ -21,9 +24,19 @@ from jgem.core import Env
 TOOLS = ("python", "search", "mcp")
 
 
-def tool_errors(tools: tuple[str, ...], mcp_server: str | None) -> list[str]:
-    """What is wrong with a tools config (empty when nothing): unknown names, duplicates, mcp without a server."""
+def tool_errors(tools: tuple[str, ...], mcp_server: str | None, tool_format: str = "gem_tags") -> list[str]:
+    """What is wrong with a tools config (empty when nothing): unknown names, duplicates, mcp without a server, an
+    unknown tool format or one without tools."""
+    from jgem.envs.tools.formats import FORMATS
+
     errors = [f"env.tools has unknown tool {t!r}; choose from {', '.join(TOOLS)}" for t in tools if t not in TOOLS]
+    if tool_format not in FORMATS:
+        errors.append(f"env.tool-format {tool_format!r} is unknown; choose from {', '.join(FORMATS.names())}")
+    elif tool_format != "gem_tags" and not tools:
+        errors.append(
+            f"env.tool-format {tool_format} formats tool calls, but env.tools names no tool; add one (--env.tools "
+            "python, search or mcp) or drop --env.tool-format"
+        )
     if len(set(tools)) != len(tools):
         errors.append(f"env.tools {tuple(tools)!r} names a tool twice")
     if "mcp" in tools and not mcp_server:
@@ -56,19 +69,15 @@ def _mcp_tool(server: str, timeout: float) -> Any:
     return tool
 
 
-def add_tools(
-    env: Env,
-    *,
+def build_tools(
     tools: tuple[str, ...],
-    max_tool_uses: int | None,
+    *,
     timeout: float,
     search_corpus: str | None = None,
     search_topk: int = 3,
     mcp_server: str | None = None,
-) -> Env:
-    """`env` inside a ToolEnv with the named tools, in the order given."""
-    from jgem.envs.tools.tool_env import ToolEnv
-
+) -> list[Any]:
+    """The named tools, in the order given (search and mcp shared within the process)."""
     built = []
     for name in tools:
         if name == "python":
@@ -81,7 +90,45 @@ def add_tools(
             built.append(_mcp_tool(mcp_server, timeout))
         else:
             raise ValueError(f"unknown tool {name!r}; choose from {', '.join(TOOLS)}")
-    return ToolEnv(env, built, max_tool_uses=max_tool_uses, close_tools=False)
+    return built
+
+
+def add_tools(
+    env: Env,
+    *,
+    tools: tuple[str, ...],
+    max_tool_uses: int | None,
+    timeout: float,
+    search_corpus: str | None = None,
+    search_topk: int = 3,
+    mcp_server: str | None = None,
+    tool_format: str = "gem_tags",
+) -> Env:
+    """`env` inside a ToolEnv with the named tools, in the order given, called in `tool_format`."""
+    from jgem.envs.tools.tool_env import ToolEnv
+
+    built = build_tools(
+        tools, timeout=timeout, search_corpus=search_corpus, search_topk=search_topk, mcp_server=mcp_server
+    )
+    return ToolEnv(env, built, max_tool_uses=max_tool_uses, close_tools=False, tool_format=tool_format)
+
+
+def tool_schemas(env_cfg: Any) -> list[dict[str, Any]] | None:
+    """The JSON schemas the chat template lists for `env_cfg` (an `EnvConfig`): `ChatFormat(..., tools=...)`.
+    None with no tools or in the gem_tags format (the tools' instructions are then part of the observation)."""
+    from jgem.envs.tools.formats import get_format
+
+    fmt = get_format(env_cfg.tool_format)
+    if not env_cfg.tools or not fmt.native:
+        return None
+    built = build_tools(
+        tuple(env_cfg.tools),
+        timeout=env_cfg.tool_timeout,
+        search_corpus=env_cfg.search_corpus,
+        search_topk=env_cfg.search_topk,
+        mcp_server=env_cfg.mcp_server,
+    )
+    return fmt.schemas(built)
 
 
 def tool_wrapper(env_cfg: Any) -> tuple[Callable[[Env], Env], ...]:
@@ -97,5 +144,6 @@ def tool_wrapper(env_cfg: Any) -> tuple[Callable[[Env], Env], ...]:
             search_corpus=env_cfg.search_corpus,
             search_topk=env_cfg.search_topk,
             mcp_server=env_cfg.mcp_server,
+            tool_format=env_cfg.tool_format,
         ),
     )

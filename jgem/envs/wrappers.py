@@ -79,8 +79,10 @@ class ChatWrapper(Wrapper):
 
     Messages are only ever appended, so message k is the same on every later turn. The current
     turn's `info["suffix"]` (board, instruction) is appended to its own message with `include_suffix`
-    and stays there. `system_prompt` adds a first system message. Observations are lists of dicts;
-    each step returns a new list (the dicts are shared, treat them as read-only).
+    and stays there. `system_prompt` adds a first system message. A step whose info carries
+    `tool_messages` (a native tool format's results, one message per call) appends those as they are.
+    Observations are lists of dicts; each step returns a new list (the dicts are shared, treat them as
+    read-only).
     """
 
     def __init__(self, env: Env, system_prompt: str | None = None, include_suffix: bool = True) -> None:
@@ -106,7 +108,10 @@ class ChatWrapper(Wrapper):
     def step(self, action: str) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.messages.append({"role": "assistant", "content": action})
-        self.messages.append(self._message(obs, info))
+        if info.get("tool_messages"):
+            self.messages.extend(dict(m) for m in info["tool_messages"])
+        else:
+            self.messages.append(self._message(obs, info))
         return list(self.messages), reward, terminated, truncated, info
 
 

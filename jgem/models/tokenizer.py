@@ -15,12 +15,18 @@ the template must be *append-only*, i.e. rendering a longer chat must extend the
 shorter one. `ChatFormat.append_only` probes this. Known exceptions:
 - Qwen3 drops the `<think>...</think>` block of assistant turns before the latest user message, and
   with `enable_thinking=False` its generation prompt injects an empty think block that later renders
-  drop too. The stream keeps what the model actually saw (strictly appending), which is what RL needs;
-  it equals the template only for non-reasoning actions with `enable_thinking` unset/True, or for
-  tool-role observations (turns after the last user query keep their think blocks).
+  drop too. The stream keeps what the model actually saw (strictly appending); it equals the template
+  only for non-reasoning actions with `enable_thinking` unset/True, or for tool-role observations
+  (turns after the last user query keep their think blocks). `rewrites_history` probes for such a
+  template, and `check_append` finds the turn where a conversation stops being the template's (the
+  chat view refuses it there: jgem/rollout/views.py).
 - Llama 3 trims message content, so actions or observations with surrounding whitespace render
   differently from what was sampled.
 In every case, `start(messages)` (the per-turn-prompt view) equals the template exactly.
+
+`tools` (JSON schemas, as `apply_chat_template(..., tools=...)` takes them) go to every render: the
+template lists them (Qwen's `# Tools` system block, Llama 3.1's first user message), and a native
+tool-call format's results arrive as `tool` / `ipython` messages (jgem/envs/tools/formats.py).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jinja2 import TemplateError
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 TINY_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tiny_tokenizer"
@@ -38,6 +45,7 @@ TINY_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tiny_tokenize
 _S_USER = "JGEMSENTINELUSER"
 _S_ASSISTANT = "JGEMSENTINELASSISTANT"
 _S_OBS = "JGEMSENTINELOBSERVATION"
+_S_THINK = "JGEMSENTINELTHINK"
 
 Message = dict[str, Any]
 
@@ -56,11 +64,17 @@ def load_tokenizer(path: str | Path | None = None) -> PreTrainedTokenizerBase:
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 
 
+class TemplateRewriteError(ValueError):
+    """The chat template renders an earlier turn differently from what the append-only stream holds."""
+
+
 class ChatFormat:
     """Builds a chat's token stream turn by turn, token-exact with the tokenizer's chat template.
 
     `system` is prepended to `start`'s messages when they have no system message of their own.
-    `enable_thinking` (Qwen3) and `template_kwargs` (e.g. Llama's `date_string`) go to the template.
+    `enable_thinking` (Qwen3) and `template_kwargs` (e.g. Llama's `date_string`) go to the template, and so do
+    `tools` (the functions' JSON schemas of a native tool-call format); a template that does not list them is
+    refused.
     """
 
     def __init__(
@@ -70,6 +84,7 @@ class ChatFormat:
         system: str | None = None,
         enable_thinking: bool | None = None,
         template_kwargs: dict[str, Any] | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
     ) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
@@ -78,9 +93,12 @@ class ChatFormat:
             )
         self.tokenizer = tokenizer
         self.system = system
+        self.tools: list[dict[str, Any]] | None = [dict(t) for t in tools] if tools else None
         self.template_kwargs = dict(template_kwargs or {})
         if enable_thinking is not None:
             self.template_kwargs["enable_thinking"] = enable_thinking
+        if self.tools:
+            self._check_lists_tools()
         self.end_of_turn_id, self._end_of_turn_text = self._derive_end_of_turn()
         eos = tokenizer.eos_token_id
         self.stop_token_ids: tuple[int, ...] = tuple(
@@ -88,6 +106,7 @@ class ChatFormat:
         )
         self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_of_turn_id
         self.append_only: bool = self._probe_append_only()
+        self.rewrites_history: bool = self._probe_rewrites()
 
     # -- rendering ---------------------------------------------------------------------------------
 
@@ -95,6 +114,7 @@ class ChatFormat:
         """The template's text for `messages` (the system message added as in `start`)."""
         return self.tokenizer.apply_chat_template(
             self._with_system(messages),
+            tools=self.tools,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
             **self.template_kwargs,
@@ -126,6 +146,68 @@ class ChatFormat:
         if not tail.startswith(eot_text):
             raise ValueError(f"cannot locate the end-of-turn token {eot_text!r} in the template's text {tail!r}")
         return ids[0], eot_text
+
+    def _check_lists_tools(self) -> None:
+        prompt = self.render([{"role": "user", "content": _S_USER}], add_generation_prompt=True)
+        for schema in self.tools or ():
+            name = schema.get("function", schema).get("name")
+            if not isinstance(name, str) or name not in prompt:
+                raise ValueError(
+                    f"the chat template does not list the tools it is given (function {name!r} is not in its prompt), "
+                    "so the model would never see them; native tool-call formats (hermes, llama3_json) need a "
+                    "template that renders tools= (Qwen2.5, Qwen3, Llama 3.1 and later): load such a tokenizer "
+                    "(--model.tokenizer-path), or use --env.tool-format gem_tags, whose instructions are part of the "
+                    "observation"
+                )
+
+    def _probe_rewrites(self) -> bool:
+        """Whether the template can render an earlier assistant turn differently once more messages follow (probed
+        with a plain and a `<think>` action, each followed by a user and by a tool message)."""
+        first = [{"role": "user", "content": _S_USER}]
+        prompt = self.render(first, add_generation_prompt=True)
+        for action in (_S_ASSISTANT, f"<think>\n{_S_THINK}\n</think>\n\n{_S_ASSISTANT}"):
+            for role in ("user", "tool"):
+                chat = [*first, {"role": "assistant", "content": action}, {"role": role, "content": _S_OBS}]
+                try:
+                    text = self.render(chat, add_generation_prompt=True)
+                except TemplateError:  # a template without this role: nothing to rewrite
+                    continue
+                if not text.startswith(prompt + action + self._end_of_turn_text):
+                    return True
+        return False
+
+    def check_append(self, history: Sequence[Message], action_ids: Sequence[int], new: Sequence[Message]) -> None:
+        """Raise `TemplateRewriteError` when the messages `new`, following the action, make the template render what
+        came before them differently: the turns of `history` (or its generation prompt), or the action itself (as it
+        renders when a tool message follows instead). How the template writes an action it did not write itself
+        (whitespace, say) is not a rewrite. Three renders of the chat: `observation_suffix` runs it only for a
+        template that `rewrites_history`."""
+        before = self.render(history, add_generation_prompt=True)
+        chat = [*history, {"role": "assistant", "content": self.action_text(action_ids)}]
+        after = self.render([*chat, *new], add_generation_prompt=True)
+        if not after.startswith(before):
+            self._refuse(before, after, new)
+        try:
+            kept = self.render([*chat, {"role": "tool", "content": _S_OBS}], add_generation_prompt=True)
+        except TemplateError:  # no tool role to compare with
+            return
+        end = kept.find(self._end_of_turn_text, len(before))
+        if end >= 0 and after[:end] != kept[:end]:
+            self._refuse(kept[:end], after, new)
+
+    @staticmethod
+    def _refuse(kept: str, after: str, new: Sequence[Message]) -> None:
+        at = next((i for i, (a, b) in enumerate(zip(kept, after)) if a != b), min(len(kept), len(after)))
+        roles = ", ".join(sorted({str(m.get("role")) for m in new}))
+        raise TemplateRewriteError(
+            f"the chat template rewrites an earlier turn once a {roles} message follows: "
+            f"{kept[max(0, at - 30) : at + 40]!r} becomes {after[max(0, at - 30) : at + 40]!r} (Qwen3-style "
+            "templates drop the <think> blocks of the turns before the latest user message, and with "
+            "enable_thinking=False the empty one of every earlier turn). The chat view appends to the stream and "
+            "never re-renders it, so it would no longer be the template's rendering of the conversation. Use the "
+            "per-turn view (--rollout.view per_turn: a fresh template every turn), or a template that keeps "
+            "earlier turns"
+        )
 
     def _probe_append_only(self) -> bool:
         """Whether rendering a longer chat extends a shorter one (then the stream equals the template)."""

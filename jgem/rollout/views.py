@@ -6,6 +6,10 @@ turn the sampled action ids exactly as sampled, a closing token if the action wa
 prompt extends the previous one and the rollout engine's KV cache for the stream lives on.
 Per-turn view (GEM style): every turn's prompt is a fresh template of the history wrapper's text, not a prefix of
 the next one.
+A template that re-renders earlier turns once more messages follow (Qwen3 drops the `<think>` blocks before the
+latest user message: `ChatFormat.rewrites_history`) would make the chat view's stream differ from the template's
+rendering of the same conversation; the chat view checks each observation of such a template and refuses the first
+that would (`ChatFormat.check_append`, an error that names the per-turn view).
 
 The rollout engine and the scripted teacher both build prompts here, so RL and the warm start see one layout.
 """
@@ -43,7 +47,10 @@ def next_prompt(
 def observation_suffix(chat: ChatFormat, num_messages: int, action_ids: list[int], obs: Any) -> list[int]:
     """Chat view: what follows an action in the stream: its closing token if it was cut, then the new messages of
     the ChatWrapper's `obs` (`obs[num_messages]` is the action itself) and the next generation prompt."""
-    return chat.close_action(action_ids) + chat.observation_tokens(obs[num_messages + 1 :])
+    new = obs[num_messages + 1 :]
+    if chat.rewrites_history:
+        chat.check_append(obs[:num_messages], action_ids, new)
+    return chat.close_action(action_ids) + chat.observation_tokens(new)
 
 
 def wrappers_for_view(view: View, system_prompt: str | None = None) -> list:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from jgem.models.tokenizer import TINY_TOKENIZER_DIR, ChatFormat, load_tokenizer
+from jgem.models.tokenizer import TINY_TOKENIZER_DIR, ChatFormat, TemplateRewriteError, load_tokenizer
 
 DATA = Path(__file__).parent / "data"
 QWEN_SPLIT = (
@@ -306,3 +306,52 @@ def test_load_tokenizer_from_saved_hf_directory(qwen3, tmp_path):
     assert _template_ids(tok, msgs, enable_thinking=False) == _template_ids(qwen3, msgs, enable_thinking=False)
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
     assert ChatFormat(tok).stop_token_ids == ChatFormat(qwen3).stop_token_ids
+
+
+# -- tools and templates that rewrite earlier turns -----------------------------------------------
+
+LOOKUP = [{"type": "function", "function": {"name": "lookup", "description": "d", "parameters": {"type": "object"}}}]
+
+
+def test_tools_go_to_the_template_and_one_that_ignores_them_is_refused(tiny, qwen3):
+    cf = ChatFormat(qwen3, tools=LOOKUP)
+    msgs = [{"role": "user", "content": "q"}]
+    assert cf.start(msgs) == _template_ids(qwen3, msgs, tools=LOOKUP) != _template_ids(qwen3, msgs)
+    with pytest.raises(ValueError, match=r"does not list the tools .*'lookup'.*--env.tool-format gem_tags"):
+        ChatFormat(tiny, tools=LOOKUP)  # the tiny template has no tool section
+
+
+def test_rewrites_history_is_probed(tiny, qwen3, llama3):
+    kw = {"date_string": "22 Nov 2026"}
+    assert not ChatFormat(tiny).rewrites_history and not ChatFormat(llama3, template_kwargs=kw).rewrites_history
+    assert ChatFormat(qwen3).rewrites_history  # drops think blocks before a new user message
+    assert ChatFormat(qwen3, enable_thinking=False).rewrites_history
+    # a template that refuses the tool role is probed with what it takes
+    tok = load_tokenizer()
+    tok.chat_template = (
+        "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tool role') }}{% endif %}"
+        "{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    assert not ChatFormat(tok).rewrites_history
+
+
+def test_check_append_names_the_rewritten_turn(qwen3):
+    cf = ChatFormat(qwen3)
+    history = [{"role": "user", "content": "Guess 1-10"}]
+    tool, user = [{"role": "tool", "content": "5 is too high"}], [{"role": "user", "content": "Too high."}]
+    action = cf.action_ids("<think>\nlow or high\n</think>\n\n\\boxed{5}")
+    cf.check_append(history, action, tool)  # kept after the last query
+    with pytest.raises(TemplateRewriteError, match=r"once a user message follows: '.*low or high.*' becomes"):
+        cf.check_append(history, action, user)
+    cf.check_append(history, cf.action_ids("\\boxed{5}"), user)  # no reasoning: nothing to drop
+    # an action the template would lay out otherwise (blank lines in its think block) is not a rewrite
+    loose = cf.action_ids("<think>\n\nlow or high\n\n</think>\n\n\n\\boxed{5}")
+    cf.check_append(history, loose, tool)
+    with pytest.raises(TemplateRewriteError):
+        cf.check_append(history, loose, user)
+    # an earlier turn's think block, kept while tool messages followed, goes once a user message follows
+    history += [{"role": "assistant", "content": cf.action_text(action)}, *tool]
+    cf.check_append(history, cf.action_ids("\\boxed{4}"), tool)
+    with pytest.raises(TemplateRewriteError, match="low or high"):
+        cf.check_append(history, cf.action_ids("\\boxed{4}"), user)

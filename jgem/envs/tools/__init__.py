@@ -1,1 +1,2 @@
-"""Agent tools (Python sandbox, BM25 search, MCP) and the ToolEnv wrapper. Import the submodules."""
+"""Agent tools (Python sandbox, BM25 search, MCP), the tool-call formats and the ToolEnv wrapper. Import the
+submodules."""

@@ -18,7 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
-from jgem.envs.tools.base import Tool, ToolResult
+from jgem.envs.tools.base import Tool, ToolResult, argument_problem, function_schema
 
 _JSON_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 _XML_CALL = re.compile(
@@ -73,6 +73,11 @@ def parse_tool_call(action: str) -> MCPCall | None:
     if not isinstance(raw, dict):
         return MCPCall(name, {}, f"the arguments of {name!r} must be a JSON object")
     return MCPCall(name, raw)
+
+
+def _result(body: str, ok: bool) -> ToolResult:
+    """GEM's reply (`body` inside <tool_response>) for the tag format; `body` alone for a native tool message."""
+    return ToolResult(f"\n<tool_response>\n{body}\n</tool_response>\n", ok=ok, content=body)
 
 
 class MCPTool(Tool):
@@ -190,6 +195,12 @@ class MCPTool(Tool):
     def parse(self, action: str) -> MCPCall | None:
         return parse_tool_call(action)
 
+    def functions(self) -> list[dict[str, Any]]:
+        return [function_schema(n, t["description"], t["input_schema"]) for n, t in sorted(self.tools.items())]
+
+    def invoke(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        return self.execute(MCPCall(name, arguments))
+
     def validate(self, call: MCPCall) -> str | None:
         """Why `call` cannot be sent, or None if it matches the tool's schema."""
         if call.error:
@@ -197,21 +208,12 @@ class MCPTool(Tool):
         spec = self.tools.get(call.name)
         if spec is None:
             return f"unknown tool {call.name!r}; available tools: {', '.join(sorted(self.tools))}"
-        import jsonschema
-
-        try:
-            jsonschema.validate(call.arguments, spec["input_schema"])
-        except jsonschema.ValidationError as e:
-            where = "/".join(map(str, e.absolute_path)) or "arguments"
-            return f"invalid arguments for {call.name!r} at {where}: {e.message}"
-        except jsonschema.SchemaError as e:
-            return f"the server's schema of {call.name!r} is invalid: {e.message}"
-        return None
+        return argument_problem(call.name, call.arguments, spec["input_schema"])
 
     def execute(self, call: MCPCall) -> ToolResult:
         problem = self.validate(call)
         if problem is not None:
-            return ToolResult(f"\n<tool_response>\nError: {problem}\n</tool_response>\n", ok=False)
+            return _result(f"Error: {problem}", ok=False)
         last: BaseException | None = None
         for attempt in range(self.max_retries + 1):
             if self._closed:
@@ -228,16 +230,14 @@ class MCPTool(Tool):
                 code = getattr(getattr(e, "error", None), "code", None)
                 if isinstance(e, TimeoutError) or code == _REQUEST_TIMEOUT:
                     # A slow tool stays slow: do not run it again.
-                    return ToolResult(
-                        f"\n<tool_response>\nError: no result within {self.timeout} s\n</tool_response>\n", False
-                    )
+                    return _result(f"Error: no result within {self.timeout} s", ok=False)
                 if code in _CALL_ERRORS:  # the server rejected this call: retrying cannot help
-                    return ToolResult(f"\n<tool_response>\nError: {e}\n</tool_response>\n", ok=False)
+                    return _result(f"Error: {e}", ok=False)
                 last = e  # transport trouble (server restarted, connection dropped): reconnect, retry
                 self._disconnect()
                 if attempt < self.max_retries:
                     time.sleep(self.retry_delay * (attempt + 1))
-        return ToolResult(f"\n<tool_response>\nError: MCP call failed: {last}\n</tool_response>\n", ok=False)
+        return _result(f"Error: MCP call failed: {last}", ok=False)
 
     @staticmethod
     def _format(result: Any) -> ToolResult:
@@ -249,7 +249,7 @@ class MCPTool(Tool):
             parts.append(json.dumps(result.structured_content))
         body = "\n".join(parts)
         ok = not result.is_error
-        return ToolResult(f"\n<tool_response>\n{'' if ok else 'Error: '}{body}\n</tool_response>\n", ok=ok)
+        return _result(body if ok else f"Error: {body}", ok=ok)
 
     def close(self) -> None:
         if self._closed:

@@ -10,7 +10,7 @@ import re
 import threading
 from typing import Any
 
-from jgem.envs.tools.base import Tool, ToolResult
+from jgem.envs.tools.base import Tool, ToolResult, function_schema
 from jgem.envs.tools.sandbox import Sandbox, SandboxConfig, local, shared_sandbox
 
 _PATTERNS = (re.compile(r"<python>(.*?)</python>", re.DOTALL), re.compile(r"```\n?python(.*?)```", re.DOTALL))
@@ -62,6 +62,23 @@ class PythonTool(Tool):
     def parse(self, action: str) -> str | None:
         return parse_python(action)
 
+    def functions(self) -> list[dict[str, Any]]:
+        return [
+            function_schema(
+                "python",
+                "Run a Python script in a sandbox and return what it prints (stdout, then stderr). Write a complete "
+                "script with its imports and print the values you need.",
+                {
+                    "type": "object",
+                    "properties": {"code": {"type": "string", "description": "The Python script to run."}},
+                    "required": ["code"],
+                },
+            )
+        ]
+
+    def invoke(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        return self.execute(arguments["code"])
+
     def execute(self, call: str) -> ToolResult:
         res = self.sandbox.run(call)
         if self.keep_error_last_line:  # GEM's option: only the last line of stderr (the exception)
@@ -69,7 +86,8 @@ class PythonTool(Tool):
             text = f"{res.stdout}\n{err}" if err else res.stdout
         else:
             text = res.message()
-        return ToolResult("Code execution result: " + text.lstrip(" \n") + "\n", ok=res.ok)
+        text = text.lstrip(" \n")
+        return ToolResult("Code execution result: " + text + "\n", ok=res.ok, content=text.rstrip("\n"))
 
     def close(self) -> None:
         # A given sandbox belongs to the caller and the shared one to the process (closed at exit).

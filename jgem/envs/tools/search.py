@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jgem.envs.tools.base import Tool, ToolResult
+from jgem.envs.tools.base import Tool, ToolResult, function_schema
 
 DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "data" / "qa_corpus.jsonl"
 _INDEX_FORMAT = "1"  # bump when the cached layout changes
@@ -176,15 +176,34 @@ class SearchTool(Tool):
         m = _SEARCH.search(action)
         return None if m is None else m.group(1).strip()
 
+    def functions(self) -> list[dict[str, Any]]:
+        return [
+            function_schema(
+                "search",
+                f"Search the knowledge base; returns the {self.topk} best passages, each with its title.",
+                {
+                    "type": "object",
+                    "properties": {"query": {"type": "string", "description": "What to search for."}},
+                    "required": ["query"],
+                },
+            )
+        ]
+
+    def invoke(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        return self.execute(arguments["query"].strip())
+
     def execute(self, call: str) -> ToolResult:
         if not call:
-            return ToolResult("\n\n<information>Empty search query.</information>\n\n", ok=False)
+            return ToolResult(
+                "\n\n<information>Empty search query.</information>\n\n", ok=False, content="Empty search query."
+            )
         try:
             if isinstance(self.index, str):
                 passages = search_remote(self.index, call, self.topk, self.timeout)
             else:
                 passages = self.index.search(call, self.topk)
         except (OSError, urllib.error.URLError, ValueError, KeyError) as e:
-            return ToolResult(f"\n\n<information>[SearchTool Error: {e}]</information>\n\n", ok=False)
+            error = f"[SearchTool Error: {e}]"
+            return ToolResult(f"\n\n<information>{error}</information>\n\n", ok=False, content=error)
         text = format_passages(passages) if passages else "No results.\n"
-        return ToolResult(f"\n\n<information>{text}</information>\n\n", ok=True)
+        return ToolResult(f"\n\n<information>{text}</information>\n\n", ok=True, content=text.rstrip("\n"))
