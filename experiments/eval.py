@@ -1,17 +1,18 @@
 """Evaluate a trained policy: `python -m experiments.eval RUN_DIR_OR_CHECKPOINT [--env-id ID] [--episodes N]
-[--greedy | --no-greedy] [--out results.json]`.
+[--greedy | --no-greedy] [--out results.json]`, or a suite: `... --suite math|code|qa [--attempts K] [--data-dir D]`.
 
 RUN_DIR restores the run's latest checkpoint; RUN_DIR/checkpoints/STEP restores that step. The policy plays the
 trainer's held-out eval seeds (of the run's env, or of `--env-id`) through the trainer's own evaluation path
 (`Run.collect(step, eval=True)`), to the env's turn limit unless `--max-turns` is given. Prints a table and,
 with `--out`, writes the metrics and every episode as JSON. Defaults (episodes, greedy) are the run's.
+`--suite` (or `--attempts`) plays every eval id of a suite, each problem K times, and prints GEM's table of pass@k
+and mean@k per id and on average (experiments/eval_suite.py); with `--out X.json` it also writes `X.md`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import sys
 import threading
@@ -20,64 +21,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.eval_suite import SuiteError, id_kwargs, is_dataset_id, run_suite_cli, suite_flags
+from experiments.restore import load_run, resolve, run_env
 
-def resolve(path: str | Path) -> tuple[Path, int | None]:
-    """(run dir, checkpoint step or None for the latest) from a run dir or a `run/checkpoints/STEP` dir."""
-    p = Path(path)
-    if _is_hf_export(p):
-        raise FileNotFoundError(
-            f"{path} is a Hugging Face export (its config.json describes a model), not a run directory: evaluate "
-            f"the run it was exported from (python -m experiments.eval RUN_DIR), or train from it with "
-            f"`python -m experiments.train PRESET --model.path {path}`"
-        )
-    if (p / "config.json").is_file():
-        return p, None
-    if p.name.isdigit() and p.parent.name == "checkpoints" and (p.parent.parent / "config.json").is_file():
-        return p.parent.parent, int(p.name)
-    raise FileNotFoundError(
-        f"{path} is neither a run directory (with config.json) nor a checkpoint step (RUN_DIR/checkpoints/STEP)"
-    )
-
-
-def _is_hf_export(p: Path) -> bool:
-    """`p` holds a Hugging Face checkpoint (`experiments.export`'s output): its config.json names a model."""
-    try:
-        doc = json.loads((p / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and ("architectures" in doc or "model_type" in doc)
-
-
-def load_run(path: str | Path, **overrides: Any):
-    """A `Run` built from the run's config (with `overrides` of TrainConfig fields; `env` takes a dict of
-    EnvConfig fields) without an optimizer, holding the policy of the checkpoint `path` names (read alone: the
-    optimizer's moments and the critic stay on disk). Returns (run, step)."""
-    from jgem.checkpoint import CheckpointConfig, Checkpointer
-    from jgem.config import load_run_config
-    from jgem.train.run import Run
-
-    run_dir, step = resolve(path)
-    cfg = load_run_config(run_dir)
-    env = overrides.pop("env", {})
-    # the warm start is history here (its solver need not exist for another env); nothing is written to run_dir
-    cfg = dataclasses.replace(
-        cfg,
-        env=dataclasses.replace(cfg.env, **env),
-        warm_start=dataclasses.replace(cfg.warm_start, steps=0),
-        **overrides,
-    )
-    if step is None:
-        with Checkpointer(CheckpointConfig(str(run_dir / "checkpoints"))) as ckpt:
-            step = ckpt.latest_step()
-        if step is None:
-            raise FileNotFoundError(f"{run_dir / 'checkpoints'} holds no checkpoint; train the run first")
-    run = Run(cfg, optimizer=False)
-    try:
-        run.restore_policy(run_dir / "checkpoints", step)
-    except BaseException:
-        run.close()
-        raise
-    return run, step
+__all__ = ["evaluate", "load_run", "main", "resolve", "table"]
 
 
 def evaluate(
@@ -195,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-turns", type=int, help="cut episodes here; default: the env's own limit")
     parser.add_argument("--out", help="write the result (metrics and every episode) here as JSON")
     parser.add_argument("--import", dest="imports", action="append", default=[], help="import MODULE first")
+    suite_flags(parser)
     args = parser.parse_args(argv)
     from experiments.train import fail
     from jgem.config import ConfigError
@@ -204,10 +152,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         _say(f"the results go to {args.out} (metrics and every episode, JSON)")
     try:
         import_modules(args.imports)  # ids a custom module registers (runs trained with --import keep it themselves)
+        if args.suite or args.attempts:
+            return run_suite_cli(args, _say, lambda result, table: _write_suite(args.out, result, table))
+        env_kwargs = args.env_kwargs
+        if args.data_dir is not None:  # a dataset id reads its local copy there
+            env_id, kwargs = run_env(args.path)
+            if args.env_id is not None:
+                env_id, kwargs = args.env_id, {}
+            if not is_dataset_id(env_id):
+                raise SuiteError(f"--data-dir is where GEM's dataset ids read their data; {env_id} reads none")
+            env_kwargs = id_kwargs(env_id, kwargs if env_kwargs is None else env_kwargs, args.data_dir)
         result = evaluate(
             args.path,
             env_id=args.env_id,
-            env_kwargs=args.env_kwargs,
+            env_kwargs=env_kwargs,
             episodes=args.episodes,
             greedy=args.greedy,
             max_turns=args.max_turns,
@@ -215,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         )
     except ConfigError as e:  # the run's config with this command's overrides cannot run
         fail(e.render(lambda p: EVAL_FLAGS.get(p) or f"the run's {p}", header=f"cannot evaluate {args.path}:"))
-    except (FileNotFoundError, ImportError) as e:
+    except (FileNotFoundError, ImportError, SuiteError) as e:
         fail(str(e))
     print(table(result))
     if args.out:
@@ -225,6 +183,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     else:
         print("(--out FILE writes the metrics and every episode as JSON)")
     return result
+
+
+def _write_suite(out: str | None, result: dict[str, Any], table: str) -> None:
+    if not out:
+        print("(--out FILE.json writes the results, per problem too, as JSON and the table as FILE.md)")
+        return
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    path.with_suffix(".md").write_text(table + "\n")
+    print(f"wrote the results to {path} and the table to {path.with_suffix('.md')}")
 
 
 # the config fields this command's own flags set

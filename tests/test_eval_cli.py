@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
 import pytest
 
+import jgem
 from experiments import eval as eval_cli
+from experiments.eval_suite import k_values, pass_at_k
+from jgem.envs.data import make_eval_samples
+from jgem.envs.data.dataset import SingleTurnEnv
 from jgem.train import Trainer
 from jgem.train.loop import params_digest
 from tests.train_utils import small_config
@@ -105,3 +110,142 @@ def test_an_hf_export_is_named_as_such(tmp_path, capsys, command) -> None:
     err = capsys.readouterr().err
     assert "is a Hugging Face export" in err and f"--model.path {hf}" in err
     assert "Traceback" not in err and "has no fields" not in err
+
+
+# -- suites (experiments/eval_suite.py): GEM's eval ids, several attempts, pass@k ---------------------------------
+SAMPLES = str(make_eval_samples.OUT)  # the shipped samples of GEM's eval data, a data dir
+
+
+_GRADED = itertools.count()
+
+
+class CoinEnv(SingleTurnEnv):
+    """Four one-line problems; every third answer graded is right, whatever it says (the tiny policy's answers are
+    all cut at its token limit, so they cannot tell attempts apart): some attempts of a problem pass, some fail."""
+
+    def __init__(self, index_seeds: bool = True, seed: int | None = None) -> None:
+        rows = [{"problem": f"Problem {i}. Say anything."} for i in range(4)]
+        super().__init__(rows, seed=seed, index_seeds=index_seeds)
+
+    def prompt(self, row: dict) -> str:
+        return row["problem"]
+
+    def grade(self, action: str, row: dict) -> tuple[float, dict]:
+        return float(next(_GRADED) % 3 == 0), {}
+
+
+@pytest.fixture
+def coin():
+    jgem.register("test-eval:Coin-v0", CoinEnv, overwrite=True)
+    yield "test-eval:Coin-v0"
+    jgem.registry._REGISTRY.pop("test-eval:Coin-v0", None)
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    for n in range(1, 7):
+        for c in range(n + 1):
+            for k in range(1, n + 1):  # the chance that k of the n attempts, drawn without replacement, hold a pass
+                draws = list(itertools.combinations([True] * c + [False] * (n - c), k))
+                assert pass_at_k(n, c, k) == pytest.approx(sum(any(d) for d in draws) / len(draws))
+    assert (pass_at_k(5, 2, 2), pass_at_k(4, 1, 1), pass_at_k(4, 0, 4)) == (pytest.approx(0.7), 0.25, 0.0)
+    assert k_values(4) == [1, 2, 4] and k_values(6) == [1, 2, 4, 6] and k_values(1) == [1]
+    with pytest.raises(ValueError, match="1 <= k <= n"):
+        pass_at_k(2, 1, 3)
+
+
+def test_suite_reads_the_data_dir_and_switches_envs(run, tmp_path, capsys, monkeypatch):
+    """Each id of the suite is played on its own env (CodeContest's -0.1 for no code block is no math score), every
+    row once per attempt; the JSON and markdown are written."""
+    cfg, _ = run
+    monkeypatch.delenv("JGEM_DATA", raising=False)
+    monkeypatch.setenv("JGEM_CACHE_DIR", str(tmp_path / "cache"))  # datasets' conversion cache, off ~/.cache
+    out = tmp_path / "suite.json"
+    result = eval_cli.main(
+        [
+            cfg.run_dir,
+            "--suite",
+            "eval:AMC,eval:CodeContest",
+            "--attempts",
+            "2",
+            "--data-dir",
+            SAMPLES,
+            "--out",
+            str(out),
+        ]
+    )
+    assert result["ids"] == ["eval:AMC", "eval:CodeContest"] and not result["greedy"] and result["attempts"] == 2
+    for env_id in result["ids"]:
+        metrics = result["results"][env_id]
+        assert (metrics["problems"], metrics["attempts"]) == (3, 2)
+        assert [p["seed"] for p in result["per_problem"][env_id]] == [0, 1, 2]  # row i is seed i
+    # the tiny policy writes no code block: GEM's -0.1 on every CodeContest attempt, 0 on AMC's
+    assert result["results"]["eval:CodeContest"]["return"] == pytest.approx(-0.1)
+    assert result["results"]["eval:AMC"]["return"] == 0.0
+    assert result["average"]["return"] == pytest.approx(-0.05)
+    assert json.loads(out.read_text()) == result
+    table = out.with_suffix(".md").read_text()
+    assert "| metric | AMC | CodeContest | average |" in table and "| problems | 3 | 3 | |" in table
+    assert "| pass@1 |" in table and "| pass@2 |" in table and "| mean@2 |" in table
+    assert table.strip() in capsys.readouterr().out
+
+
+def test_suite_pass_at_k_from_sampled_attempts(run, coin):
+    cfg, _ = run
+    result = eval_cli.main([cfg.run_dir, "--suite", coin, "--attempts", "4"])
+    metrics, problems = result["results"][coin], result["per_problem"][coin]
+    correct = np.array([p["correct"] for p in problems])
+    assert correct.shape == (4, 4) and 0 < correct.sum() < 16
+    assert any(0 < c < 4 for c in correct.sum(axis=1))  # so pass@2 is no plain any/all
+    for k in (1, 2, 4):
+        assert metrics[f"pass@{k}"] == pytest.approx(np.mean([pass_at_k(4, int(c), k) for c in correct.sum(axis=1)]))
+    assert metrics["mean@4"] == pytest.approx(correct.mean()) == metrics["pass@1"]
+    assert metrics["pass@4"] == pytest.approx(correct.any(axis=1).mean())
+    assert result["average"] == {k: metrics[k] for k in ("pass@1", "pass@2", "pass@4", "mean@4", "return")}
+
+
+def test_a_game_in_a_suite_plays_the_held_out_seeds(run):
+    from jgem.train.run import EVAL_SEED_OFFSET
+
+    cfg, _ = run
+    result = eval_cli.main(
+        [cfg.run_dir, "--suite", "game:GuessTheNumber-v0-hard", "--attempts", "2", "--episodes", "2"]
+    )
+    seeds = [p["seed"] for p in result["per_problem"]["game:GuessTheNumber-v0-hard"]]
+    assert seeds == [EVAL_SEED_OFFSET + cfg.seed * 7_919_000 + i for i in range(2)]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--suite", "math"], "eval:AIME24: this math env reads the split 'aime24'"),
+        (["--suite", "math", "--attempts", "4", "--greedy"], "--greedy with --attempts 4 plays 4 identical attempts"),
+        (["--suite", "maths"], "'maths' is neither a suite (math, code, qa) nor a comma-separated list"),
+        (["--suite", "eval:AMC,eval:AMCC"], "unknown env id 'eval:AMCC'; did you mean 'eval:AMC'"),
+        (["--suite", "math", "--env-id", "eval:AMC"], "--suite and --env-id both name what to evaluate"),
+        (["--env-id", "game:Sudoku-v0-easy", "--data-dir", SAMPLES], "game:Sudoku-v0-easy reads none"),
+    ],
+)
+def test_suite_mistakes_are_one_line_errors(run, capsys, monkeypatch, flags, message):
+    cfg, _ = run
+    monkeypatch.delenv("JGEM_DATA", raising=False)
+    with pytest.raises(SystemExit) as e:
+        eval_cli.main([cfg.run_dir, *flags])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and "Traceback" not in err
+    if flags == ["--suite", "math"]:  # the first id missing its data says where it goes, and how many were not checked
+        assert "$JGEM_DATA/axon-rl/math-eval/" in err and "4 more id(s) of the suite not checked" in err
+
+
+def test_a_suite_keeps_the_runs_tools(run):
+    """The env config the run was trained with (here its tools) wraps every id the suite moves the run to."""
+    cfg, _ = run
+    loaded, _ = eval_cli.load_run(cfg.run_dir, env={"tools": ("python",)})
+    try:
+        loaded.use_env("eval:AMC", {"data_dir": SAMPLES, "index_seeds": True})
+        assert loaded.engine.pool is loaded.pool and loaded.engine.env_name == "eval:AMC"
+        loaded.pool.reset([0], seeds=[1])
+        (messages,) = loaded.pool.recv(at_least=1).obs
+        text = messages[-1]["content"]
+        assert text.startswith("How many positive divisors does $36$ have?") and "<python>" in text
+    finally:
+        loaded.close()

@@ -10,7 +10,8 @@ import json
 import re
 from typing import Any
 
-from jgem.envs.data.dataset import DATA_DIR, SingleTurnEnv, load_rows
+from jgem.envs.data.dataset import DATA_DIR, SingleTurnEnv
+from jgem.envs.data.hub import dataset_rows
 from jgem.envs.tools.sandbox import Sandbox, SandboxConfig, local, shared_sandbox
 
 SHIPPED = DATA_DIR / "code_problems.jsonl"
@@ -50,7 +51,8 @@ def normalize_tests(tests: Any, max_tests: int) -> list[tuple[str, str]]:
 
 
 class CodeEnv(SingleTurnEnv):
-    """Rows {"problem", "tests"} from `path` (JSONL/Parquet) or the shipped set when `path` is None."""
+    """Rows {"problem", "tests"} from `path` (JSONL/Parquet), from the local copy of GEM's Hugging Face `dataset`
+    (its `split`) under `data_dir` / $JGEM_DATA, or the shipped set when neither is named."""
 
     def __init__(
         self,
@@ -61,13 +63,21 @@ class CodeEnv(SingleTurnEnv):
         timeout: float = 5.0,
         memory_mb: int = 512,
         dataset: str | None = None,
+        split: str | None = None,
+        data_dir: str | None = None,
+        index_seeds: bool = False,
         seed: int | None = None,
         sandbox: Sandbox | None = None,
     ) -> None:
-        if path is None and dataset is not None:
-            load_rows(None, [question_key, test_key], "this code env", f" (a local export of {dataset!r})")
-        rows = load_rows(path or SHIPPED, [question_key, test_key], "the code env")
-        super().__init__(rows, seed=seed)
+        rows = dataset_rows(
+            path=path if path is not None or dataset is not None else SHIPPED,
+            dataset=dataset,
+            split=split,
+            data_dir=data_dir,
+            columns=[question_key, test_key],
+            what="this code env",
+        )
+        super().__init__(rows, seed=seed, index_seeds=index_seeds)
         self.question_key, self.test_key = question_key, test_key
         self.max_tests = max_tests
         self.timeout = timeout

@@ -15,7 +15,8 @@ import threading
 from fractions import Fraction
 from typing import Any
 
-from jgem.envs.data.dataset import SingleTurnEnv, last_boxed, load_rows
+from jgem.envs.data.dataset import SingleTurnEnv, last_boxed
+from jgem.envs.data.hub import dataset_rows
 
 INSTRUCTION = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 KINDS = ("arithmetic", "linear", "fractions", "word")
@@ -25,9 +26,14 @@ class MathEnv(SingleTurnEnv):
     """Grading shared by generated and file-backed math problems. Rows: {"problem", "answer"}."""
 
     def __init__(
-        self, rows: Any = None, seed: int | None = None, grade_timeout: float = 1.0, instruction: str = INSTRUCTION
+        self,
+        rows: Any = None,
+        seed: int | None = None,
+        grade_timeout: float = 1.0,
+        instruction: str = INSTRUCTION,
+        index_seeds: bool = False,
     ) -> None:
-        super().__init__(rows, seed=seed)
+        super().__init__(rows, seed=seed, index_seeds=index_seeds)
         if grade_timeout <= 0:
             raise ValueError(f"grade_timeout must be > 0 seconds, got {grade_timeout}")
         self.grade_timeout = grade_timeout
@@ -51,7 +57,8 @@ class MathEnv(SingleTurnEnv):
 
 
 class MathFileEnv(MathEnv):
-    """Problems from a local JSONL/Parquet file (GEM's dataset ids map here when given `path`)."""
+    """Problems from a local file (`path`), or from the local copy of GEM's Hugging Face `dataset` (its `split`)
+    under `data_dir` / $JGEM_DATA (jgem.envs.data.hub says where it goes)."""
 
     def __init__(
         self,
@@ -59,13 +66,22 @@ class MathFileEnv(MathEnv):
         question_key: str = "problem",
         answer_key: str = "answer",
         dataset: str | None = None,
+        split: str | None = None,
+        data_dir: str | None = None,
+        index_seeds: bool = False,
         seed: int | None = None,
         grade_timeout: float = 1.0,
         instruction: str = INSTRUCTION,
     ) -> None:
-        hint = f" (a local export of the Hugging Face dataset {dataset!r})" if dataset else ""
-        rows = load_rows(path, [question_key, answer_key], "this math env", hint)
-        super().__init__(rows, seed=seed, grade_timeout=grade_timeout, instruction=instruction)
+        rows = dataset_rows(
+            path=path,
+            dataset=dataset,
+            split=split,
+            data_dir=data_dir,
+            columns=[question_key, answer_key],
+            what="this math env",
+        )
+        super().__init__(rows, seed=seed, grade_timeout=grade_timeout, instruction=instruction, index_seeds=index_seeds)
         self.question_key, self.answer_key = question_key, answer_key
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 import string
+from collections import Counter
 from typing import Any
 
-from jgem.envs.data.dataset import DATA_DIR, SingleTurnEnv, last_boxed, load_rows
+from jgem.envs.data.dataset import DATA_DIR, SingleTurnEnv, last_boxed
+from jgem.envs.data.hub import dataset_rows
 
 SHIPPED = DATA_DIR / "qa_questions.jsonl"
 CORPUS = DATA_DIR / "qa_corpus.jsonl"
@@ -36,6 +38,29 @@ def exact_match(prediction: str, golds: list[str]) -> bool:
     return any(p == normalize_answer(g) for g in golds)
 
 
+def f1_score(prediction: str, golds: list[str]) -> float:
+    """The best token-level F1 against any gold answer, over normalised tokens (SQuAD's; reported, not the
+    reward: GEM rewards exact match)."""
+    pred = normalize_answer(prediction).split()
+    best = 0.0
+    for gold in golds:
+        ref = normalize_answer(gold).split()
+        common = sum((Counter(pred) & Counter(ref)).values())
+        if common:
+            precision, recall = common / len(pred), common / len(ref)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def gold_answers(gold: Any) -> list[str]:
+    """A row's answers as strings: one (str, int, float) or several (a list), as GEM's check_correct takes them."""
+    if isinstance(gold, list | tuple):
+        if not gold:
+            raise ValueError("a QA row has an empty answer list; every question needs at least one answer")
+        return [str(g) for g in gold]
+    return [str(gold)]
+
+
 def extract_answer(text: str, boxed: bool = False) -> str | None:
     if boxed:
         return last_boxed(text)
@@ -57,16 +82,24 @@ class QAEnv(SingleTurnEnv):
         extract_boxed: bool = False,
         hops: tuple[int, ...] | None = None,
         dataset: str | None = None,
+        split: str | None = None,
+        data_dir: str | None = None,
+        index_seeds: bool = False,
         seed: int | None = None,
     ) -> None:
-        if path is None and dataset is not None:
-            load_rows(None, [question_key, answer_key], "this QA env", f" (a local export of {dataset!r})")
-        rows = load_rows(path or SHIPPED, [question_key, answer_key], "the QA env")
+        rows = dataset_rows(
+            path=path if path is not None or dataset is not None else SHIPPED,
+            dataset=dataset,
+            split=split,
+            data_dir=data_dir,
+            columns=[question_key, answer_key],
+            what="this QA env",
+        )
         if hops is not None:
             rows = [r for r in rows if r.get("hops") in hops]
             if not rows:
                 raise ValueError(f"no rows with hops in {hops}")
-        super().__init__(rows, seed=seed)
+        super().__init__(rows, seed=seed, index_seeds=index_seeds)
         self.question_key, self.answer_key = question_key, answer_key
         self.extract_boxed = extract_boxed
 
@@ -74,13 +107,13 @@ class QAEnv(SingleTurnEnv):
         return PROMPT.format(question=row[self.question_key])
 
     def grade(self, action: str, row: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-        gold = row[self.answer_key]
-        golds = [str(g) for g in gold] if isinstance(gold, list | tuple) else [str(gold)]
+        golds = gold_answers(row[self.answer_key])
         pred = extract_answer(action, self.extract_boxed)
         if pred is None:
-            return 0.0, {"correct": False, "reason": "no answer tag", "answer": golds[0]}
+            reason = "no \\boxed{} answer" if self.extract_boxed else "no <answer> tag"
+            return 0.0, {"correct": False, "f1": 0.0, "reason": reason, "answer": golds[0]}
         ok = exact_match(pred, golds)
-        return float(ok), {"correct": ok, "answer": golds[0]}
+        return float(ok), {"correct": ok, "f1": f1_score(pred, golds), "answer": golds[0]}
 
     def sample_random_action(self) -> str:
         return "<answer>Hello World!</answer>"

@@ -41,8 +41,8 @@ class ReasoningGymEnv(SingleTurnEnv):
     def _generate(self) -> dict[str, Any]:
         raise AssertionError("unused: ReasoningGymEnv overrides _next_row")
 
-    def _next_row(self, seeded: bool) -> dict[str, Any]:
-        if seeded:
+    def _next_row(self, seed: int | None) -> dict[str, Any]:
+        if seed is not None:
             return self._ds.ds[int(self.np_random.integers(self.size))]
         if not self._order:
             if self.epoch > 0:  # a new but deterministic set of problems each epoch

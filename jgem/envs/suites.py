@@ -1,58 +1,81 @@
-"""Task suites (math, code, QA, reasoning-gym): id registrations only; nothing heavy is imported here.
+"""Task suites (math, code, QA, reasoning-gym) and GEM's evaluation ids: registrations only, nothing heavy imported.
 
-GEM's Hugging Face dataset ids are registered too; they work with a local copy of the data
-(`jgem.make("math:GSM8K", path="gsm8k.parquet")`) and otherwise say which file and columns to pass.
+GEM's Hugging Face dataset ids read a local copy of the data (`$JGEM_DATA/<org>/<name>/`, or data_dir=, or
+`jgem.make("math:GSM8K", path="gsm8k.parquet")`); without one they say which file goes where.
 """
 
 from jgem.registry import register
 
-# -- math ------------------------------------------------------------------------------------------
+# -- generated and shipped problems ---------------------------------------------------------------
 for _kind in ("arithmetic", "linear", "fractions", "word"):
     for _suffix, _level in (("", 1), ("-medium", 2), ("-hard", 3)):
         register(f"math:{_kind}{_suffix}", "jgem.envs.math:MathGenEnv", kind=_kind, difficulty=_level)
 register("math:file", "jgem.envs.math:MathFileEnv")
-
-# GEM's math datasets: id -> the Hugging Face dataset the local file should be a copy of.
-GEM_MATH = {
-    "math:ASDiv2K": "axon-rl/ASDIV-2k",
-    "math:GSM8K": "axon-rl/GSM-8k",
-    "math:Math12K": "axon-rl/MATH-12k",
-    "math:Math8K-3to5": "axon-rl/MATH-lvl3to5-8k",
-    "math:Orz57K": "axon-rl/ORZ-57k",
-    "math:DeepScaleR40K": "axon-rl/DeepScaleR-40K",
-    "math:MATH500": "axon-rl/math-eval (split math)",
-    "eval:MATH500": "axon-rl/math-eval (split math)",
-    "eval:AMC": "axon-rl/math-eval (split amc)",
-    "eval:OlympiadBench": "axon-rl/math-eval (split olympiad_bench)",
-    "eval:Minerva": "axon-rl/math-eval (split minerva)",
-    "eval:AIME24": "axon-rl/math-eval (split aime24)",
-}
-for _id, _hf in GEM_MATH.items():
-    register(_id, "jgem.envs.math:MathFileEnv", dataset=_hf)
-
-# -- code ------------------------------------------------------------------------------------------
 register("code:Shipped", "jgem.envs.code:CodeEnv")
-GEM_CODE = {
-    "code:CodeContest": "axon-rl/CodeContest",
-    "code:Taco8k": "axon-rl/TACO-8k",
-    "code:PrimeIntellect15k": "axon-rl/PrimeIntellect-15k",
-}
-for _id, _hf in GEM_CODE.items():
-    register(_id, "jgem.envs.code:CodeEnv", dataset=_hf)
-
-# -- QA --------------------------------------------------------------------------------------------
 register("qa:FictionalWiki", "jgem.envs.qa:QAEnv")
 register("qa:FictionalWiki-1hop", "jgem.envs.qa:QAEnv", hops=(1,))
 register("qa:FictionalWiki-multihop", "jgem.envs.qa:QAEnv", hops=(2, 3))
 register("qa:FictionalWiki-search", "jgem.envs.qa:search_env")
-GEM_QA = {
-    "qa:NaturalQuestions": ("axon-rl/NaturalQuestions", {"question_key": "problem"}),
-    "qa:HotpotQA": ("axon-rl/HotpotQA", {"question_key": "problem"}),
+
+# -- GEM's Hugging Face datasets -------------------------------------------------------------------
+# id -> (entry point, dataset, split, other kwargs), as GEM 0.1.0 registers them. Each env reads the local copy of
+# the dataset under $JGEM_DATA or data_dir= (path= names one file instead); jgem/envs/data/hub.py says where it goes.
+_MATH, _CODE, _QA = "jgem.envs.math:MathFileEnv", "jgem.envs.code:CodeEnv", "jgem.envs.qa:QAEnv"
+GEM_DATASETS: dict[str, tuple[str, str, str | None, dict]] = {
+    "math:ASDiv2K": (_MATH, "axon-rl/ASDIV-2k", None, {}),
+    "math:GSM8K": (_MATH, "axon-rl/GSM-8k", None, {}),
+    "math:Math12K": (_MATH, "axon-rl/MATH-12k", None, {}),
+    "math:Math8K-3to5": (_MATH, "axon-rl/MATH-lvl3to5-8k", None, {}),
+    "math:Orz57K": (_MATH, "axon-rl/ORZ-57k", None, {}),
+    "math:DeepScaleR40K": (_MATH, "axon-rl/DeepScaleR-40K", None, {}),
+    "math:MATH500": (_MATH, "axon-rl/math-eval", "math", {}),  # jgem's name for eval:MATH500 as a training set
+    "code:CodeContest": (_CODE, "axon-rl/CodeContest", "train", {}),
+    "code:Taco8k": (_CODE, "axon-rl/TACO-8k", "train", {}),
+    "code:PrimeIntellect15k": (_CODE, "axon-rl/PrimeIntellect-15k", "train", {}),
+    "qa:NaturalQuestions": (_QA, "axon-rl/NaturalQuestions", "train", {"question_key": "problem"}),
+    "qa:HotpotQA": (_QA, "axon-rl/HotpotQA", "train", {"question_key": "problem"}),
+    **{
+        f"logic:RuleTaker-d{i}": (_QA, f"axon-rl/RuleTaker-d{i}-70k", "train", {"extract_boxed": True})
+        for i in (0, 1, 2, 3, 5)
+    },
 }
-for _i in (0, 1, 2, 3, 5):
-    GEM_QA[f"logic:RuleTaker-d{_i}"] = (f"axon-rl/RuleTaker-d{_i}-70k", {"extract_boxed": True})
-for _id, (_hf, _kw) in GEM_QA.items():
-    register(_id, "jgem.envs.qa:QAEnv", dataset=_hf, **_kw)
+# GEM's evaluation ids. `index_seeds`: reset(seed) serves row seed % n, so seeds 0..n-1 visit every row once.
+EVAL_IDS: dict[str, tuple[str, str, str | None, dict]] = {
+    "eval:MATH500": (_MATH, "axon-rl/math-eval", "math", {}),
+    "eval:AMC": (_MATH, "axon-rl/math-eval", "amc", {}),
+    "eval:OlympiadBench": (_MATH, "axon-rl/math-eval", "olympiad_bench", {}),
+    "eval:Minerva": (_MATH, "axon-rl/math-eval", "minerva", {}),
+    "eval:AIME24": (_MATH, "axon-rl/math-eval", "aime24", {}),
+    "eval:CodeContest": (_CODE, "axon-rl/CodeContest", "test", {}),  # code_contests' test split, tests merged
+    "eval:QaOpen": (_QA, "google-research-datasets/nq_open", "validation", {}),
+    # DeepResearcher's test sets, 512 questions per source (GEM's axon-rl/search-eval)
+    "eval:NaturalQuestions": (_QA, "axon-rl/search-eval", "nq", {}),
+    "eval:TriviaQA": (_QA, "axon-rl/search-eval", "tq", {}),
+    "eval:PopQA": (_QA, "axon-rl/search-eval", "popqa", {}),
+    "eval:HotpotQA": (_QA, "axon-rl/search-eval", "hotpotqa", {}),
+    "eval:2Wiki": (_QA, "axon-rl/search-eval", "2wiki", {}),
+    "eval:Musique": (_QA, "axon-rl/search-eval", "musique", {}),
+    "eval:Bamboogle": (_QA, "axon-rl/search-eval", "bamboogle", {}),
+}
+for _id, (_entry, _hf, _split, _kw) in GEM_DATASETS.items():
+    register(_id, _entry, dataset=_hf, split=_split, **_kw)
+for _id, (_entry, _hf, _split, _kw) in EVAL_IDS.items():
+    register(_id, _entry, dataset=_hf, split=_split, index_seeds=True, **_kw)
+
+# What `experiments.eval --suite NAME` runs, in the order of GEM's tables (its average is over these).
+EVAL_SUITES: dict[str, tuple[str, ...]] = {
+    "math": ("eval:AIME24", "eval:AMC", "eval:MATH500", "eval:Minerva", "eval:OlympiadBench"),
+    "code": ("eval:CodeContest",),
+    "qa": (
+        "eval:NaturalQuestions",
+        "eval:TriviaQA",
+        "eval:PopQA",
+        "eval:HotpotQA",
+        "eval:2Wiki",
+        "eval:Musique",
+        "eval:Bamboogle",
+    ),
+}
 
 # -- reasoning-gym ---------------------------------------------------------------------------------
 # Every dataset of reasoning-gym 0.1.23 except "composite" (it needs a config of other datasets).

@@ -39,7 +39,7 @@ def env_id(request: pytest.FixtureRequest) -> str:
 
 def test_every_game_has_a_module_and_a_solver() -> None:
     names = {game_name(i) for i in GAME_IDS}
-    assert names == set(_MODULES) and len(names) == 12
+    assert names == set(_MODULES) and len(names) == 13
     for name in names:
         assert importlib.util.find_spec(f"jgem.envs.games.{_MODULES[name]}") is not None, name
         assert callable(solver_for(f"game:{name}-v0-easy").act)

@@ -59,7 +59,7 @@ def test_register_refuses_silent_overwrite(counter_id: str) -> None:
 
 def test_list_envs() -> None:
     games = jgem.list_envs("game:")
-    assert games == sorted(GAME_IDS) and len(games) == 37
+    assert games == sorted(GAME_IDS) and len(games) == 39
     assert "game:Game2048-v0-extreme-hard" in games
     assert (
         all(i.startswith("game:Sudoku") for i in jgem.list_envs("game:Sudoku"))

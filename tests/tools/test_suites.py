@@ -13,6 +13,7 @@ import jgem
 from jgem.core import JgemError
 from jgem.envs.code import CodeEnv, normalize_tests
 from jgem.envs.data.dataset import TERMINAL_STATE, last_boxed
+from jgem.envs.data.hub import MissingDataError
 from jgem.envs.math import grade_answer
 from jgem.envs.qa import exact_match, normalize_answer
 
@@ -121,8 +122,8 @@ def test_math_files_and_gem_ids(tmp_path):
     env = jgem.make("eval:MATH500", path=str(tmp_path / "m.parquet"))
     env.reset(seed=0)
     assert env.step(boxed("6"))[1] == 1.0
-    with pytest.raises(ValueError, match=r"columns 'problem', 'answer'.*axon-rl/GSM-8k"):
-        jgem.make("math:GSM8K")
+    with pytest.raises(MissingDataError, match=r"dataset 'axon-rl/GSM-8k' \(columns 'problem', 'answer'\)"):
+        jgem.make("math:GSM8K", data_dir=str(tmp_path))
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['problem', 'answer'\]"):
         jgem.make("math:GSM8K", path=str(jsonl))
     with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -155,8 +156,8 @@ def test_code_rewards(sandbox):
     assert r == 1.0 and info["passed"] == info["total"] > 0
     clone = env.spawn(same_state=True)  # clones share the sandbox and the rows
     assert clone.row == env.row and clone._sandbox is sandbox and clone.rows is env.rows
-    with pytest.raises(ValueError, match="axon-rl/TACO-8k"):
-        jgem.make("code:Taco8k")
+    with pytest.raises(MissingDataError, match="axon-rl/TACO-8k"):
+        jgem.make("code:Taco8k", data_dir="/nonexistent")
 
 
 def test_code_test_formats():
@@ -182,8 +183,8 @@ def test_qa_normalisation_and_env():
     boxed_env = jgem.make("logic:RuleTaker-d0", path=str(jgem.envs.qa.SHIPPED), question_key="question")
     boxed_env.reset(seed=0)
     assert boxed_env.step(boxed(boxed_env.row["answer"][0]))[1] == 1.0
-    with pytest.raises(ValueError, match="axon-rl/NaturalQuestions"):
-        jgem.make("qa:NaturalQuestions")
+    with pytest.raises(MissingDataError, match="axon-rl/NaturalQuestions"):
+        jgem.make("qa:NaturalQuestions", data_dir="/nonexistent")
 
 
 def test_qa_with_search_finds_the_answer():

@@ -41,6 +41,18 @@ def _need(suite: str, columns: Sequence[str], hint: str = "") -> str:
     return f"{suite} needs a local JSONL or Parquet file with columns {cols}: pass path='...'{hint}"
 
 
+def read_file(p: Path) -> list[dict]:
+    """The rows of one `.parquet`, `.json` (a list) or `.jsonl` file."""
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(p).to_pylist()
+    if p.suffix == ".json":
+        return json.loads(p.read_text())
+    with open(p) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def load_rows(path: str | os.PathLike | None, columns: Sequence[str], suite: str, hint: str = "") -> list[dict]:
     """Rows of a local `.jsonl`/`.json`/`.parquet` file; each must have `columns`.
 
@@ -51,17 +63,9 @@ def load_rows(path: str | os.PathLike | None, columns: Sequence[str], suite: str
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p} does not exist; " + _need(suite, columns, hint))
-    if p.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows = pq.read_table(p).to_pylist()
-    elif p.suffix == ".json":
-        rows = json.loads(p.read_text())
-    elif p.suffix == ".jsonl":
-        with open(p) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-    else:
+    if p.suffix not in (".parquet", ".json", ".jsonl"):
         raise ValueError(f"{p}: unknown file type {p.suffix!r}; " + _need(suite, columns, hint))
+    rows = read_file(p)
     if not rows:
         raise ValueError(f"{p} has no rows; " + _need(suite, columns, hint))
     missing = [c for c in columns if c not in rows[0]]
@@ -94,12 +98,17 @@ class SingleTurnEnv(Env):
     """reset -> a problem (from `rows`, or `_generate` when there are none); step -> graded, episode over.
 
     Without a seed, reset walks a fresh permutation of the rows per epoch; with one, it picks a row
-    from the reseeded generator, so `reset(seed)` is reproducible.
+    from the reseeded generator, so `reset(seed)` is reproducible. With `index_seeds`, `reset(seed)` serves
+    row `seed % len(rows)` instead: seeds 0..n-1 visit every row once (evaluation: GEM's eval ids).
+    The step's info has `correct` and `success` (the same: the answer was right).
     """
 
-    def __init__(self, rows: Sequence[dict] | None = None, seed: int | None = None) -> None:
+    def __init__(self, rows: Sequence[dict] | None = None, seed: int | None = None, index_seeds: bool = False) -> None:
         super().__init__(seed=seed)
         self.rows = None if rows is None else (rows if isinstance(rows, Rows) else Rows(rows))
+        if index_seeds and self.rows is None:
+            raise ValueError(f"index_seeds needs rows to index; {type(self).__name__} generates its problems")
+        self.index_seeds = index_seeds
         self._order: list[int] = []
         self.row: dict[str, Any] | None = None
         self.done = True
@@ -107,18 +116,19 @@ class SingleTurnEnv(Env):
     def _generate(self) -> dict[str, Any]:
         raise NotImplementedError(f"{type(self).__name__} has no rows and no generator")
 
-    def _next_row(self, seeded: bool) -> dict[str, Any]:
+    def _next_row(self, seed: int | None) -> dict[str, Any]:
         if self.rows is None:
             return self._generate()
-        if seeded:
-            return self.rows[int(self.np_random.integers(len(self.rows)))]
+        if seed is not None:
+            i = seed % len(self.rows) if self.index_seeds else int(self.np_random.integers(len(self.rows)))
+            return self.rows[i]
         if not self._order:
             self._order = self.np_random.permutation(len(self.rows)).tolist()
         return self.rows[self._order.pop()]
 
     def reset(self, seed: int | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed)
-        self.row = self._next_row(seed is not None)
+        self.row = self._next_row(seed)
         self.done = False
         return self.prompt(self.row), {}
 
@@ -128,6 +138,7 @@ class SingleTurnEnv(Env):
         self.done = True
         reward, info = self.grade(action, self.row)
         info.setdefault("correct", reward >= 1.0)
+        info["success"] = bool(info["correct"])
         return TERMINAL_STATE, float(reward), True, False, info
 
     @abc.abstractmethod

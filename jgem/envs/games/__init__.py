@@ -106,6 +106,15 @@ _GAMES: dict[str, tuple[str, dict[str, dict]]] = {
             "random": dict(num_words=None, max_turns=None, hardcore=None),
         },
     ),
+    # GEM registers no -random variant; its easy and hard differ in turns only (its default rules: noregrets,
+    # 100-character summaries). jgem reads a local link graph (wiki_graph.py) instead of Kiwix or MediaWiki.
+    "WikiGame": (
+        "wikigame:WikiGameEnv",
+        {
+            "easy": dict(max_turns=30),
+            "hard": dict(max_turns=15),
+        },
+    ),
 }
 
 GAME_IDS: list[str] = []

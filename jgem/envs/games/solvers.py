@@ -34,6 +34,7 @@ _MODULES = {
     "Sokoban": "sokoban",
     "Crosswords": "crosswords",
     "WordSearch": "word_search",
+    "WikiGame": "wikigame",
 }
 
 
