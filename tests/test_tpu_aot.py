@@ -46,11 +46,15 @@ def aot(tmp_path, *args: str) -> list[dict]:
 @pytest.mark.slow
 @needs_libtpu
 def test_tiny_update_and_rollout_compile_for_v5e_2x2(tmp_path):
-    res = {r["program"]: r for r in aot(tmp_path, "--slots", "8")}
+    # the update with an off-policy correction (decoupled PPO): the proximal policy's forward and the correction
+    # compile into the step (the next test compiles steps without one)
+    res = {r["program"]: r for r in aot(tmp_path, "--slots", "8", "--learner.correction", "decoupled")}
     assert set(res) == {"update", "extend", "decode"}
     for r in res.values():
         assert r["fits"] and 0 < r["total_gib"] < r["hbm_gib"] == 16
         assert r["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}  # --mesh.fsdp -1 (the default): all 4 chips
+
+    from experiments.tpu_pod.aot import model_flops
 
     cfg = preset("tiny")
     chips = 4
@@ -65,7 +69,12 @@ def test_tiny_update_and_rollout_compile_for_v5e_2x2(tmp_path):
     assert upd["rows"] == 8 and upd["micro_batches"] == 2 and upd["rows_per_micro_batch"] == 4
     assert upd["episodes_padded"] == 8 and upd["turns_padded"] == 16
     # on TPU the layers are scanned (the default): XLA counts the scan's body once, so no compiled FLOPs are claimed
-    assert upd["scan_layers"] is None and upd["compiled_tflop_per_chip"] is None and upd["model_tflop_per_chip"] > 0
+    assert upd["scan_layers"] is None and upd["compiled_tflop_per_chip"] is None
+    # the model FLOPs: the training pass and the correction's scoring pass of the proximal policy
+    assert upd["correction"] == "decoupled"
+    tokens = upd["rows"] * 256
+    flops = model_flops(cfg, tokens, 256, train=True) + model_flops(cfg, tokens, 256, train=False)
+    assert upd["model_tflop_per_chip"] == pytest.approx(flops / chips / 1e12, rel=1e-6)
     # the rollout's arguments hold the params (bfloat16 compute, float32 params) and the 8 slots' KV cache
     cache = 8 * 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 256 * 2 / chips
     for name in ("extend", "decode"):

@@ -25,8 +25,8 @@ a micro-batch (the chunked vocab projection) stay counted once, so the compiled 
 with the layers scanned (`scan_layers`, on TPU by default) most of a micro-batch is one loop body, so no compiled
 figure is given for `update` (`--scan-layers False` unrolls them and gives one). `model_tflop` is the MFU
 convention's count: 6 x params x tokens plus causal attention per epoch, 2 x params x tokens for each forward that
-only scores (the reference's log-probs, the learner's with `tis_cap`), and with a critic its values and its
-training, without the vocab projection.
+only scores (the reference's log-probs, the proximal policy's with an off-policy correction), and with a critic its
+values and its training, without the vocab projection.
 
 libtpu is looked up in $JGEM_LIBTPU_DIR, else <repo>/.libtpu (`make libtpu`), else the environment.
 """
@@ -50,6 +50,7 @@ from flax import nnx
 
 from jgem.algos.algorithms import ALGORITHMS, Algorithm
 from jgem.algos.config import LearnerConfig
+from jgem.algos.corrections import resolve as resolve_correction
 from jgem.algos.learner import TrainState, _micro_layout, init_train_state
 from jgem.algos.step import StepBatch, StepSpec, train_step
 from jgem.models.config import PRESETS, ModelConfig, preset
@@ -237,10 +238,10 @@ def step_flops(
     mcfg: ModelConfig, lcfg: LearnerConfig, tokens: int, seq: int, *, critic: bool, reference: bool
 ) -> float:
     """The MFU convention's FLOPs of `train_step` on `tokens` tokens: the policy's training passes (epochs),
-    the forward-only passes (the reference's log-probs; the learner's at the sampling params with `tis_cap`), and
+    the forward-only passes (the reference's log-probs; the proximal policy's with an off-policy correction), and
     with a critic its values (a forward) and its training passes, without the vocab projection it does not use."""
     total = lcfg.epochs * model_flops(mcfg, tokens, seq, train=True)
-    total += (int(reference) + int(lcfg.tis_cap is not None)) * model_flops(mcfg, tokens, seq, train=False)
+    total += (int(reference) + int(lcfg.recomputes_proximal)) * model_flops(mcfg, tokens, seq, train=False)
     if critic:
         head = 2 * mcfg.vocab_size * mcfg.hidden_size * tokens  # the policy's vocab projection, per forward
         total += (1 + 3 * lcfg.epochs) * (model_flops(mcfg, tokens, seq, train=False) - head)
@@ -318,6 +319,7 @@ def measure_update(cfg: AotConfig, algo: Algorithm, mcfg: ModelConfig, mesh, chi
         advantage=algo.advantage,
         critic=algo.critic,
         reference=reference,
+        correction=resolve_correction(lcfg)[0],
         rows=rows,
         episodes_padded=sb.rewards.shape[0],
         turns_padded=sb.rewards.shape[1],

@@ -43,12 +43,24 @@ class LearnerConfig:
     value_clip: float | None = 0.2
     # truncated importance sampling on the sampler/learner mismatch (bf16, kernels): each token's policy loss is
     # weighted by min(pi_learner / pi_sampler, tis_cap), pi_learner the learner's probability at the sampling
-    # params (and PPO's ratio is taken against it). None: off
+    # params (and PPO's ratio is taken against it). None: off. The same as correction "tis" with correction_high
     tis_cap: float | None = None
+    # off-policy correction (jgem.algos.corrections.CORRECTIONS: none, tis, mis, icepop, geo_mask, decoupled): the
+    # learner recomputes the proximal policy's log-probs (its params before this update), clips PPO's ratio around
+    # them, and weighs or drops each token by pi_prox / pi_behaviour. none: the ratio is against the sampler's
+    correction: str = "none"
+    correction_low: float | None = None  # the correction's lower bound on pi_prox / pi_behaviour; None: its default
+    correction_high: float | None = None  # its upper bound or cap; None: its default
+
+    @property
+    def recomputes_proximal(self) -> bool:
+        """The update first computes the learner's log-probs at the sampling params (a correction is on)."""
+        return self.correction != "none" or self.tis_cap is not None
 
     def __post_init__(self):
-        # The names (policy_loss, schedule, aggregation, kl_estimator) are checked against their registries where
-        # those fill: jgem.algos.learner.config_errors (run by jgem.config.validate and init_train_state).
+        # The names (policy_loss, schedule, aggregation, kl_estimator, correction and its bounds) are checked against
+        # their registries where those fill: jgem.algos.learner.config_errors (run by jgem.config.validate and
+        # init_train_state).
         checks = [
             (self.epochs >= 1 and self.minibatches >= 1, "epochs and minibatches must be >= 1"),
             (self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size must be >= 1 or None"),

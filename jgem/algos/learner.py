@@ -17,7 +17,7 @@ import optax
 from flax import nnx, struct
 from jax.sharding import Mesh, NamedSharding
 
-from jgem.algos import losses
+from jgem.algos import corrections, losses
 from jgem.algos.config import LearnerConfig
 from jgem.algos.critic import critic_values
 from jgem.algos.registry import Registry
@@ -55,20 +55,21 @@ def _cosine(cfg: LearnerConfig, lr: float) -> optax.Schedule:
 
 
 def config_errors(cfg: LearnerConfig, name: Callable[[str], str] = str) -> list[str]:
-    """What `cfg` names that is not registered: its policy loss, schedule, aggregation or KL estimator (each
-    message names the field as `name(field)`). Here, not in the config, because these registries fill as the
-    learner's modules load."""
+    """What `cfg` names that is not registered: its policy loss, schedule, aggregation, KL estimator or off-policy
+    correction, and a correction's bounds it does not take or that cannot hold (each message names the field as
+    `name(field)`). Here, not in the config, because these registries fill as the learner's modules load."""
     named = (
         ("policy_loss", losses.POLICY_LOSSES),
         ("schedule", SCHEDULES),
         ("aggregation", losses.AGGREGATIONS),
         ("kl_estimator", losses.KL_ESTIMATORS),
     )
-    return [
+    unknown = [
         f"{name(k)} {getattr(cfg, k)!r} is unknown; choose one of {', '.join(reg.names())}"
         for k, reg in named
         if getattr(cfg, k) not in reg
     ]
+    return unknown + corrections.correction_errors(cfg, name)
 
 
 class TrainState(struct.PyTreeNode):
@@ -236,7 +237,7 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         "loss": sg(loss_sum),
     }
     # sampler vs learner: meaningful on the first optimizer step, where the params are the sampling ones
-    # (with tis_cap, old_logprobs are already the learner's; sampler_logprobs keeps the sampler's)
+    # (with a correction, old_logprobs are already the learner's; sampler_logprobs keeps the sampler's)
     sampler = batch.old_logprobs if batch.sampler_logprobs is None else batch.sampler_logprobs
     d = sg(logp) - sampler
     metric_sums |= {
@@ -381,9 +382,10 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
     Metrics: loss, pg_loss, entropy, kl, clip_frac, ratio, grad_norm (before clipping), skipped (number of
     steps dropped for non-finite gradients), adv_mean/std/min/max over loss tokens, lr, and the critic's
     value_loss / critic_grad_norm with a critic; the sampler/learner mismatch on action tokens at the sampling
-    params (the first optimizer step's minibatch, or the whole batch with `tis_cap`, which computes the learner's
-    log-probs of every token there anyway): logprob_diff_mean / logprob_diff_max (|learner - sampler|) and
-    sampler_kl (KL(sampler || learner), k3).
+    params (the first optimizer step's minibatch, or the whole batch with an off-policy correction, which computes
+    the learner's log-probs of every token there anyway): logprob_diff_mean / logprob_diff_max (|learner - sampler|)
+    and sampler_kl (KL(sampler || learner), k3); with a correction also is_masked_frac, is_capped_frac and
+    is_weight_mean (`jgem.algos.corrections.correct`).
     """
     cfg, mesh = state.cfg, state.mesh
     batch.validate()  # shapes are static: this runs once, at trace time
@@ -394,14 +396,15 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
     if state.critic_params is None:
         batch = batch.replace(returns=None, values=None, value_mask=None)
 
-    whole_batch_mismatch = None
-    if cfg.tis_cap is not None:
-        # the learner's log-probs at the sampling params: PPO's ratio is taken against them, and each token's loss
-        # is weighted by min(pi_learner / pi_sampler, tis_cap)
+    whole_batch_mismatch, corrected = None, {}
+    packed = batch  # the advantage metrics are of every action token, whatever a correction drops
+    if cfg.recomputes_proximal:
+        # the proximal policy's log-probs (the params before this update, i.e. the sampling ones in a synchronous
+        # run): PPO's ratio is taken against them, and the registered correction weighs or drops each token by
+        # pi_prox / pi_behaviour (`jgem.algos.corrections`)
         lp0 = policy_logprobs(state, state.params, batch.tokens, batch.positions, batch.segment_ids)
         whole_batch_mismatch = _mismatch(lp0, batch.old_logprobs, batch.loss_mask)
-        w = jnp.where(batch.loss_mask, jnp.minimum(jnp.exp(lp0 - batch.old_logprobs), cfg.tis_cap), 0.0)
-        batch = batch.replace(old_logprobs=lp0, sampler_logprobs=batch.old_logprobs, is_weights=w)
+        batch, corrected = corrections.correct(batch, lp0, cfg)
 
     rng, epoch_rng = jax.random.split(jax.random.wrap_key_data(state.rng))
 
@@ -414,7 +417,7 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
 
     state, metrics = jax.lax.scan(epoch, state, jax.random.split(epoch_rng, cfg.epochs))
     # the sampler/learner mismatch is the first optimizer step's (before any update: the sampling params), or
-    # the whole batch's when tis_cap already computed the learner's log-probs of every token there
+    # the whole batch's when a correction already computed the learner's log-probs of every token there
     first = {k: metrics.pop(k)[0, 0] for k in ("logprob_diff_mean", "logprob_diff_max", "sampler_kl")}
     first = whole_batch_mismatch or first
     # a skipped step's metrics are inf/nan: average the applied steps (nan if none), count the skipped
@@ -428,9 +431,9 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
         )
         for k, v in metrics.items()
     }
-    metrics |= first
-    m = batch.loss_mask
-    adv = batch.advantages
+    metrics |= first | corrected
+    m = packed.loss_mask
+    adv = packed.advantages
     cnt = jnp.maximum(m.sum(), 1)
     adv_mean = jnp.where(m, adv, 0.0).sum() / cnt
     metrics.update(

@@ -21,8 +21,10 @@ class TrainBatch:
     returns[B, T] f32          critic targets at value positions (PPO with a critic only)
     values[B, T] f32           critic values at sampling time, for value clipping (PPO only)
     value_mask[B, T] bool      True at the last prompt token of each turn (PPO only)
-    sampler_logprobs[B, T] f32 the sampler's log-probs when old_logprobs were replaced by the learner's (tis_cap)
-    is_weights[B, T] f32       truncated importance weights min(pi_learner / pi_sampler, cap) (tis_cap only)
+    sampler_logprobs[B, T] f32 the behaviour (sampler's) log-probs when an off-policy correction replaced
+                               old_logprobs by the proximal policy's (the learner's, recomputed before the update)
+    is_weights[B, T] f32       the correction's stop-gradient weight on each token's policy loss (e.g. truncated
+                               importance weights min(pi_prox / pi_behaviour, cap)); 0 off the loss
     """
 
     tokens: jax.Array

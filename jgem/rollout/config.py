@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# The most extra rounds dynamic sampling may play in a step: the run's seed stream holds this many per step.
+MAX_RESAMPLE_ROUNDS = 64
+
 # The two multi-turn token layouts (`jgem.rollout.views`): one growing chat stream, or a fresh template per turn.
 View = Literal["chat", "per_turn"]
 
@@ -38,6 +41,12 @@ class RolloutConfig:
     # What the env receives for a response cut at max_new_tokens (no stop token): an invalid action,
     # which GEM's games score as a format error.
     invalid_action: str = ""
+    # DAPO's dynamic sampling (grouped algorithms): a group whose episodes' returns are all equal has advantage 0
+    # everywhere; it is dropped and the step plays extra rounds of groups until it has its number of groups
+    # (jgem.train.dynamic). Off: every played group trains.
+    dynamic_sampling: bool = False
+    # the most extra rounds (each the step's number of groups) a step plays; then it trains on the groups it has
+    max_resample_rounds: int = 4
 
     def __post_init__(self) -> None:
         if self.view not in ("chat", "per_turn"):

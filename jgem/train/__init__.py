@@ -6,6 +6,7 @@
   `jgem.algos.step.train_step`, one download).
 - `warm_start.py`: supervised steps on a scripted teacher's games before RL.
 - `evaluate.py`: the metrics of a set of episodes and of an evaluation.
+- `dynamic.py`: dynamic sampling (DAPO): a step's groups without signal dropped, extra rounds played.
 - `loop.py`: `Trainer(Learner)`, the loop (resume, the cadence of evaluations, checkpoints and logs) and `train`.
 - `progress.py`: what a run shows on the console while it runs.
 """

@@ -19,6 +19,7 @@ from jgem.algos.step import train_step
 from jgem.checkpoint import CheckpointConfig, Checkpointer
 from jgem.config import TrainConfig
 from jgem.metrics import MetricsLogger, WandbWriter, plot_curves
+from jgem.train.dynamic import dynamic_sample
 from jgem.train.evaluate import episode_metrics, eval_metrics
 from jgem.train.learn import Learner, check_finite_loss
 from jgem.train.progress import CONSOLE_KEYS, Progress, curve_keys
@@ -100,15 +101,19 @@ class Trainer(Learner):
         return summary
 
     def train_step(self, step: int) -> dict[str, float]:
-        """One RL step: play its episodes, learn from them; the step's metrics."""
+        """One RL step: play its episodes (with dynamic sampling, drop the groups without signal and play more),
+        learn from them; the step's metrics (its episodes': the first round's, the step's on-policy sample)."""
         t0 = time.perf_counter()
-        episodes = self.collect(step)
+        played = episodes = self.collect(step)
+        sampled = {}
+        if self.cfg.rollout.dynamic_sampling:
+            episodes, sampled = dynamic_sample(self, step, played)
         t1 = time.perf_counter()
         metrics = {k if "/" in k else f"train/{k}": v for k, v in self.learn(episodes).items()}
         check_finite_loss(metrics["train/loss"], step, episodes)
         t2 = time.perf_counter()
         self.host["episodes"] += len(episodes)
-        metrics |= episode_metrics(episodes, "rollout") | self.engine.stats.as_metrics()
+        metrics |= episode_metrics(played, "rollout") | self.engine.stats.as_metrics() | sampled
         metrics |= {
             "time/collect_s": t1 - t0,
             "time/update_s": t2 - t1,
