@@ -7,15 +7,18 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jgem.models.config import ModelConfig
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import Transformer, init_model
 
 
-def make_critic(cfg: ModelConfig, *, policy: nnx.Module | None = None, seed: int = 0) -> Transformer:
+def make_critic(
+    cfg: ModelConfig, *, policy: nnx.Module | None = None, seed: int = 0, mesh: jax.sharding.Mesh | None = None
+) -> Transformer:
     """A value model of `cfg`'s shape; with `policy`, every matching param (all but the value head) is copied.
 
-    The copy is a fresh array: critic and policy train separately and never alias.
+    The copy is a fresh array: critic and policy train separately and never alias. With `mesh`, the fresh params are
+    created sharded (`init_model`).
     """
-    critic = Transformer(cfg, rngs=nnx.Rngs(seed), value_head=True)
+    critic = init_model(cfg, seed=seed, value_head=True, mesh=mesh)
     if policy is None:
         return critic
     src = nnx.to_flat_state(nnx.state(policy, nnx.Param))

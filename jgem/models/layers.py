@@ -39,7 +39,9 @@ def param(
     if value is not None:
         x = jnp.full(shape, value, dtype)
     else:
-        x = (std * jax.random.normal(rngs.params(), shape, jnp.float32)).astype(dtype)
+        # the barrier keeps XLA from folding std into normal's own scale inside a jitted init (`init_model`): the
+        # values are then those of an eager build, bit for bit
+        x = (std * jax.lax.optimization_barrier(jax.random.normal(rngs.params(), shape, jnp.float32))).astype(dtype)
     # eager_sharding=False: build without a mesh; placement is decided later from the names.
     return nnx.Param(x, out_sharding=names, eager_sharding=False)
 

@@ -18,9 +18,9 @@ from jgem.models.config import ModelConfig
 from jgem.models.kvcache import SlotCache
 from jgem.models.layers import ACTIVATIONS, Block, RMSNorm, param, rope_inv_freq, rope_tables
 from jgem.models.platform import platform
-from jgem.sharding.rules import constrain
+from jgem.sharding.rules import DEFAULT_RULES, Rules, constrain, tree_shardings
 
-__all__ = ["SlotCache", "Transformer", "remat_policy", "scans_layers"]
+__all__ = ["SlotCache", "Transformer", "init_model", "remat_policy", "scans_layers"]
 
 Array = jax.Array
 LORA_STREAM = 0x10A  # folded into the params key for the adapters' stream
@@ -125,6 +125,25 @@ class Transformer(nnx.Module):
         """tokens, positions[B,T] -> (logits f32[B,T,V], updated cache or None)."""
         h, cache = self.hidden(tokens, positions, segment_ids=segment_ids, cache=cache)
         return self.logits(h), cache
+
+
+def init_model(
+    cfg: ModelConfig,
+    *,
+    seed: int = 0,
+    value_head: bool = False,
+    mesh: jax.sharding.Mesh | None = None,
+    rules: Rules = DEFAULT_RULES,
+) -> Transformer:
+    """`Transformer(cfg, rngs=nnx.Rngs(seed), value_head=value_head)`, the same values, drawn by one compiled
+    program: built eagerly, every initialiser runs (and compiles) as its own op, on one device. With `mesh`, each
+    param is created straight into its sharding by the rules: no replicated copy on one chip (an 8B model's f32
+    weights would not fit one), and on several processes arrays whose shards orbax can save."""
+    make = lambda: Transformer(cfg, rngs=nnx.Rngs(seed), value_head=value_head)
+    graphdef, abstract = nnx.split(nnx.eval_shape(make))
+    out = None if mesh is None else tree_shardings(abstract, mesh, rules)
+    state = jax.jit(lambda: nnx.state(make()), out_shardings=out)()
+    return nnx.merge(graphdef, state)
 
 
 def _block(layer: Block, x, cos, sin, mask, kv, slots):

@@ -8,6 +8,7 @@ it, `restore_policy`, without reading the optimizer's share of the checkpoint).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
@@ -15,24 +16,25 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from flax import nnx
 
 from jgem.algos.algorithms import get_algorithm
 from jgem.algos.critic import make_critic
 from jgem.algos.learner import TrainState, init_train_state
-from jgem.config import TrainConfig, validate
+from jgem.config import EnvConfig, TrainConfig, validate
 from jgem.curriculum import Curriculum
 from jgem.envs.pool import EnvPool
-from jgem.envs.with_tools import tool_wrapper
+from jgem.envs.with_tools import tool_schemas, tool_wrapper
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import load_pretrained
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import Transformer, init_model
+from jgem.rollout.config import MAX_RESAMPLE_ROUNDS
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.episode import Episode
 from jgem.sharding.mesh import make_mesh
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
+RESAMPLE_SEED_OFFSET = 2_000_000_000  # nor do the seeds of dynamic sampling's extra rounds (jgem.train.dynamic)
 MAX_TURNS_CAP = 1000  # with no curriculum, the env's own limit applies; this only bounds a runaway env
 
 
@@ -70,7 +72,7 @@ class Run:
 
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path)
         system = cfg.env.system_prompt if cfg.rollout.view == "per_turn" else None
-        self.chat = ChatFormat(tokenizer, system=system)
+        self.chat = ChatFormat(tokenizer, system=system, tools=tool_schemas(cfg.env))
         model, critic, self.model_cfg = build_models(
             cfg, tokenizer, self.mesh, critic=optimizer and self.algorithm.critic
         )
@@ -86,21 +88,36 @@ class Run:
             reference=optimizer and cfg.learner.kl_coef > 0,
             optimizer=optimizer,
         )
-        self.pool = EnvPool(
-            cfg.env.env_id,
-            cfg.env.num_envs,
-            backend=cfg.env.backend,
-            num_workers=cfg.env.num_workers,
-            step_timeout=cfg.env.step_timeout,
-            env_kwargs=dict(cfg.env.env_kwargs),
-            wrappers=tool_wrapper(cfg.env) + tuple(wrappers_for_view(cfg.rollout.view, cfg.env.system_prompt)),
-            remote_urls=cfg.env.remote_urls,
-            remote_token=cfg.env.read_remote_token(),  # read here, never kept in the config
-            imports=cfg.env.imports,
-        )
+        self.pool = self._make_pool(cfg.env)
         self.engine = RolloutEngine(
             self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.mesh
         )
+
+    def _make_pool(self, env: EnvConfig) -> EnvPool:
+        """The pool of `env`'s envs, each wrapped in the run's tools and chat-view wrappers."""
+        return EnvPool(
+            env.env_id,
+            env.num_envs,
+            backend=env.backend,
+            num_workers=env.num_workers,
+            step_timeout=env.step_timeout,
+            env_kwargs=dict(env.env_kwargs),
+            wrappers=tool_wrapper(env) + tuple(wrappers_for_view(self.cfg.rollout.view, env.system_prompt)),
+            remote_urls=env.remote_urls,
+            remote_token=env.read_remote_token(),  # read here, never kept in the config
+            imports=env.imports,
+        )
+
+    def use_env(self, env_id: str, env_kwargs: dict[str, Any]) -> None:
+        """Point the run at another env id (evaluation suites): a fresh pool built as the run's own (its backend,
+        tools and view) and that env's turn limit. The policy, chat format and engine (whose slots do not depend
+        on the env) stay."""
+        env = dataclasses.replace(self.cfg.env, env_id=env_id, env_kwargs=dict(env_kwargs))
+        self.pool.close()
+        self.cfg = dataclasses.replace(self.cfg, env=env)
+        self.env_max_turns = None if env.backend == "remote" else env_turn_limit(env_id, env.env_kwargs)
+        self.pool = self._make_pool(env)
+        self.engine.pool, self.engine.env_name = self.pool, env_id
 
     def on_mesh(self, fn: Callable) -> Callable:
         """`fn` called (and so traced) with the run's mesh in context (jax.set_mesh): the model's activation
@@ -113,8 +130,10 @@ class Run:
 
         return call
 
-    def specs(self, step: int, *, eval: bool = False) -> list[EpisodeSpec]:
-        """The episodes of a step: groups of `group_size` episodes share a seed (one start state)."""
+    def specs(self, step: int, *, eval: bool = False, round: int = 0) -> list[EpisodeSpec]:
+        """The episodes of a step: groups of `group_size` episodes share a seed (one start state). `round` r > 0:
+        dynamic sampling's r-th extra round of the step (`jgem.train.dynamic`), whose ids, groups and seeds follow
+        the step's others."""
         cfg = self.cfg
         n = cfg.eval_episodes if eval else cfg.episodes_per_step
         g = 1 if eval else cfg.group_size
@@ -122,7 +141,10 @@ class Run:
         # hence the sampled tokens, are those of one process playing all of them.
         procs, first = jax.process_count(), jax.process_index() * n
         base = (EVAL_SEED_OFFSET if eval else 0) + cfg.seed * 7_919_000 + (0 if eval else step * n * procs)
-        return [EpisodeSpec(i, group_id=i // g, seed=base + i // g) for i in range(first, first + n)]
+        if round:
+            base = RESAMPLE_SEED_OFFSET + cfg.seed * 7_919_000 + (step * MAX_RESAMPLE_ROUNDS + round - 1) * n * procs
+        ids = round * n * procs  # the ids of a round's episodes come after those of the step's earlier rounds
+        return [EpisodeSpec(ids + i, group_id=(ids + i) // g, seed=base + i // g) for i in range(first, first + n)]
 
     def horizon(self, step: int, *, eval: bool = False) -> int:
         """The turn limit episodes are cut at: in training the curriculum's current one; in evaluation
@@ -130,13 +152,14 @@ class Run:
         cut = (self.cfg.eval_max_turns or MAX_TURNS_CAP) if eval else self.curriculum.max_turns(step)
         return min(cut, self.env_max_turns) if self.env_max_turns else cut
 
-    def collect(self, step: int, *, eval: bool = False) -> list[Episode]:
-        """Step `step`'s episodes (or its evaluation's), played by the current policy to the end."""
+    def collect(self, step: int, *, eval: bool = False, round: int = 0) -> list[Episode]:
+        """Step `step`'s episodes (or its evaluation's, or dynamic sampling's extra `round`), played by the current
+        policy to the end."""
         cfg = self.cfg
         key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
         return self.engine.collect(
             self.state.model(),
-            self.specs(step, eval=eval),
+            self.specs(step, eval=eval, round=round),
             key,
             max_turns=self.horizon(step, eval=eval),
             greedy=cfg.eval_greedy if eval else None,
@@ -182,8 +205,8 @@ def build_models(
             f"tokenizer has {len(tokenizer)} tokens but preset {cfg.model.preset!r} has "
             f"vocab_size {mcfg.vocab_size}; use a matching tokenizer or preset"
         )
-    model = Transformer(mcfg, rngs=nnx.Rngs(cfg.seed))
+    model = init_model(mcfg, seed=cfg.seed, mesh=mesh)
     value = None
     if critic:
-        value = make_critic(mcfg, policy=model if cfg.critic_from_policy else None, seed=cfg.seed + 1)
+        value = make_critic(mcfg, policy=model if cfg.critic_from_policy else None, seed=cfg.seed + 1, mesh=mesh)
     return model, value, mcfg

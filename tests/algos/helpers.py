@@ -5,13 +5,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from jgem.algos.config import LearnerConfig
 from jgem.algos.learner import token_logprobs
 from jgem.algos.types import TrainBatch
 from jgem.models.config import preset
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import Transformer, init_model
 
 MODEL_CFG = preset("tiny", num_layers=1, vocab_size=256)
 B, T = 16, 24
@@ -20,7 +19,7 @@ CFG = LearnerConfig(lr=3e-3, epochs=2, minibatches=2, kl_coef=0.05, entropy_coef
 
 
 def tiny_model(seed: int = 0) -> Transformer:
-    return Transformer(MODEL_CFG, rngs=nnx.Rngs(seed))
+    return init_model(MODEL_CFG, seed=seed)
 
 
 def make_batch(model: Transformer | None = None, seed: int = 0, critic: bool = False) -> TrainBatch:

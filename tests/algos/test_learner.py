@@ -19,7 +19,7 @@ from jgem.algos.learner import (
 )
 from jgem.algos.types import TrainBatch
 from jgem.models.config import LoraConfig
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import init_model
 from jgem.sharding.config import MeshConfig
 from jgem.sharding.mesh import make_mesh
 from jgem.sharding.rules import shard_batch
@@ -301,7 +301,7 @@ def test_remat_updates_as_without_it_with_a_frozen_base_and_tis(rank):
     out = []
     for remat in ("none", "full"):
         mcfg = MODEL_CFG.replace(remat=remat, lora=LoraConfig(rank=rank))
-        state, m = update(init_train_state(Transformer(mcfg, rngs=nnx.Rngs(0)), cfg), batch)
+        state, m = update(init_train_state(init_model(mcfg, seed=0), cfg), batch)
         out.append((host(state.params), host(m)))
     # recomputed activations round differently; Adam (4 steps at lr 3e-3) carries that into a few weights
     for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1]), strict=True):
@@ -313,7 +313,7 @@ def test_bfloat16_params_train_in_their_dtype(with_critic):
     # the Qwen presets could set bf16 params: the accumulated gradients are float32 (divided by the token count)
     # and must meet the optimizer in the params' dtype, or the scan's carry changes dtype and the update fails
     cfg = dataclasses.replace(MODEL_CFG, param_dtype="bfloat16", dtype="bfloat16")
-    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    model = init_model(cfg, seed=0)
     critic = make_critic(cfg) if with_critic else None
     state = init_train_state(model, CFG, critic=critic)
     before = host(state.params)  # update donates the state

@@ -10,7 +10,7 @@ from jgem.models import attention as A
 from jgem.models.attention import Mask, attention, choose
 from jgem.models.config import ModelConfig
 from jgem.models.platform import target_platform
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import init_model
 from tests.models.helpers import VOCAB, tiny_cfg
 
 
@@ -186,7 +186,7 @@ def test_model_forward_and_grads_equal_across_implementations(impl):
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (2, t))
 
     def run(name):
-        model = Transformer(tiny_cfg("qwen3", attention=name), rngs=nnx.Rngs(0))
+        model = init_model(tiny_cfg("qwen3", attention=name), seed=0)
         if name == "blockwise":  # blocks smaller than the row, so the online softmax really spans blocks
             A.BLOCK, old = 32, A.BLOCK
         try:

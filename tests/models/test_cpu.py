@@ -9,7 +9,7 @@ from flax import nnx
 
 from jgem.models import cpu
 from jgem.models.platform import target_platform
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import init_model
 from tests.models.helpers import VOCAB, tiny_cfg
 
 
@@ -42,7 +42,7 @@ def test_tricks_traced_only_on_cpu_and_when_enabled(monkeypatch, flag):
     """With the tricks on, a CPU trace has the custom-VJP matmul; with them off, or traced for TPU, it does not; the
     gradients are the same either way."""
     monkeypatch.setenv(cpu.ENV, flag)
-    model = Transformer(tiny_cfg("qwen3"), rngs=nnx.Rngs(0))
+    model = init_model(tiny_cfg("qwen3"), seed=0)
     toks = jnp.asarray(np.random.default_rng(0).integers(0, VOCAB, (2, 6)), jnp.int32)
     pos = jnp.broadcast_to(jnp.arange(6, dtype=jnp.int32), (2, 6))
     with target_platform("cpu"):

@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from jgem.models.head import token_logprobs, vocab_logprobs
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import init_model
 from tests.models.helpers import VOCAB, tiny_cfg
 
 N, D, V = 12, 8, 37
@@ -93,7 +93,7 @@ def test_token_logprobs_reference_chunks_and_grads():
     """Packed rows (two segments, padding): log-probs and entropies equal the plain log-softmax of the logits (at a
     temperature too), 0 at each segment's first token and on padding, in any chunking; gradients equal autodiff's
     with the logits recomputed or kept."""
-    model = Transformer(tiny_cfg("qwen3"), rngs=nnx.Rngs(0))
+    model = init_model(tiny_cfg("qwen3"), seed=0)
     model.embed[...] = model.embed[...] * 25.0  # sharper distributions than the 0.02-std init
     rs = np.random.RandomState(0)
     tokens = jnp.asarray(rs.randint(0, VOCAB, (2, 9)), jnp.int32)

@@ -5,7 +5,7 @@ import pytest
 from flax import nnx
 
 from jgem.models.kvcache import init_slots
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import init_model
 from tests.models.helpers import VOCAB, tiny_cfg
 
 FAMILIES = ["qwen3", "qwen2", "llama"]
@@ -18,7 +18,7 @@ def fwd(model, tokens, positions, segment_ids=None, cache=None):
 
 
 def _model(family="qwen3", seed=0, **kw):
-    return Transformer(tiny_cfg(family, **kw), rngs=nnx.Rngs(seed))
+    return init_model(tiny_cfg(family, **kw), seed=seed)
 
 
 def _tokens(b, t, seed=0):
@@ -81,7 +81,7 @@ def test_padding_writes_nothing_to_a_slot_cache():
 
 def test_every_param_has_logical_axis_names():
     model = _model("qwen2", tie_word_embeddings=False)
-    model_v = Transformer(model.cfg, rngs=nnx.Rngs(0), value_head=True)
+    model_v = init_model(model.cfg, seed=0, value_head=True)
     for m in (model, model_v):
         for path, var in nnx.to_flat_state(nnx.state(m, nnx.Param)):
             names = var.get_metadata().get("out_sharding")
@@ -93,7 +93,7 @@ def test_every_param_has_logical_axis_names():
 
 
 def test_value_head():
-    model = Transformer(tiny_cfg(), rngs=nnx.Rngs(0), value_head=True)
+    model = init_model(tiny_cfg(), seed=0, value_head=True)
     toks = _tokens(3, 5)
     h, v = nnx.jit(lambda m, t, p: (lambda h: (h, m.value(h)))(m.hidden(t, p)[0]))(model, toks, _pos(3, 5))
     assert h.shape == (3, 5, 32) and v.shape == (3, 5) and v.dtype == jnp.float32
@@ -241,3 +241,30 @@ def test_scan_layers_by_default_on_gpu_and_tpu_not_on_cpu():
         with target_platform(name):
             assert scans_layers(model.cfg) and _jaxpr_dots(model, toks, pos) < on_cpu
     assert not scans_layers(model.cfg) and scans_layers(model.cfg.replace(scan_layers=True))
+
+
+@pytest.mark.parametrize("kw", [{}, {"value_head": True}, {"lora": True}])
+def test_the_compiled_init_draws_the_eager_models_values_sharded_by_the_rules(kw):
+    """`init_model` is one compiled program (an eager build compiles every initialiser as its own op) and must
+    draw what `Transformer(cfg, rngs=nnx.Rngs(seed))` draws, bit for bit: resumed runs, warm starts and the
+    adapters of `fresh_adapters` rely on it (XLA folded the init's std into normal's own scale: 1 ulp off in a
+    quarter of the weights). With a mesh, each param is created in the sharding its logical names map to."""
+    from jgem.models.config import LoraConfig
+    from jgem.models.transformer import Transformer
+    from jgem.sharding.config import MeshConfig
+    from jgem.sharding.mesh import make_mesh
+    from jgem.sharding.rules import tree_shardings
+
+    cfg = tiny_cfg("qwen3", lora=LoraConfig(rank=4)) if kw.pop("lora", False) else tiny_cfg("qwen3")
+    eager = nnx.state(Transformer(cfg, rngs=nnx.Rngs(3), **kw))
+    mesh = make_mesh(MeshConfig(fsdp=2, tensor=2), devices=jax.devices()[:4])
+    for m in (None, mesh):
+        state = nnx.state(init_model(cfg, seed=3, mesh=m, **kw))
+        assert jax.tree.structure(state) == jax.tree.structure(eager)
+        for path, (a, b) in zip(
+            jax.tree_util.tree_leaves_with_path(eager), zip(jax.tree.leaves(eager), jax.tree.leaves(state))
+        ):
+            assert np.array_equal(np.asarray(a), np.asarray(b)), path[0]
+    want = jax.tree.leaves(tree_shardings(state, mesh))
+    got = [x.sharding for x in jax.tree.leaves(state)]
+    assert got == want and any(not s.is_fully_replicated for s in got)

@@ -24,7 +24,7 @@ def collect(mesh, num_envs: int, first: int, n: int) -> dict:
     from jgem.envs.pool import EnvPool
     from jgem.models.config import preset
     from jgem.models.tokenizer import ChatFormat, load_tokenizer
-    from jgem.models.transformer import Transformer
+    from jgem.models.transformer import init_model
     from jgem.registry import register
     from jgem.rollout.config import RolloutConfig
     from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
@@ -34,7 +34,7 @@ def collect(mesh, num_envs: int, first: int, n: int) -> dict:
     register("test:talk", TalkEnv, overwrite=True)
     chat = ChatFormat(load_tokenizer())
     cfg = preset("tiny", num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2)
-    graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(init_model(cfg, seed=0))
     state = shard_tree(state, mesh)
     addressable = total = 0
     for leaf in jax.tree.leaves(state):

@@ -323,9 +323,9 @@ def test_chat_and_per_turn_views_give_the_same_loss_and_gradient():
 
     from jgem.models.config import preset
     from jgem.models.head import token_logprobs
-    from jgem.models.transformer import Transformer
+    from jgem.models.transformer import init_model
 
-    model = Transformer(preset("tiny", num_layers=1), rngs=nnx.Rngs(0))
+    model = init_model(preset("tiny", num_layers=1), seed=0)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     rng = np.random.default_rng(0)
     eps = []

@@ -8,7 +8,6 @@ import threading
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -18,7 +17,7 @@ from jgem.envs.pool import EnvPool
 from jgem.models.config import preset
 from jgem.models.kvcache import init_slots
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import init_model
 from jgem.registry import register
 from jgem.rollout.batch import build_batch
 from jgem.rollout.config import RolloutConfig, Sampling
@@ -40,7 +39,7 @@ def setup():
     tok = load_tokenizer()
     chat = ChatFormat(tok)
     cfg = preset("tiny", num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2)
-    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    model = init_model(cfg, seed=0)
     return tok, chat, cfg, model
 
 
@@ -57,6 +56,23 @@ def _collect(setup, view="chat", n=6, num_envs=4, seed=0, max_turns=4, backend="
     return eps, engine.stats
 
 
+@nnx.jit
+def _forward(model, tokens, positions, segment_ids, cache=None):
+    return model(tokens, positions, segment_ids=segment_ids, cache=cache)
+
+
+_logprobs = nnx.jit(token_logprobs)
+
+
+def _padded(stream: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One row of `length` (tokens, positions, segment ids): `stream`, then padding (segment 0) that nothing before
+    it attends, so a fixed shape serves streams of any length up to it."""
+    n = stream.size
+    tok, pos, seg = (np.zeros((1, length), np.int32) for _ in range(3))
+    tok[0, :n], pos[0, :n], seg[0, :n] = stream, np.arange(n), 1
+    return tok, pos, seg
+
+
 def test_extensions_equal_one_fresh_prefill(setup):
     """Logits after a stream is prefilled in uneven pieces, rows at different lengths, equal one fresh forward; the
     decode chunk's sampled log-probs equal the teacher-forced log-probs of the whole stream."""
@@ -65,23 +81,23 @@ def test_extensions_equal_one_fresh_prefill(setup):
     streams = [rng.integers(3, cfg.vocab_size, n).astype(np.int32) for n in (45, 23, 60)]
     cache = init_slots(cfg, 3, 64)
     pieces = [[0, 5, 6, 30, 44], [0, 22], [0, 1, 2, 40, 59]]  # cut points: the last token is left to decode
+    width = 40  # every call one shape (one compile); each row's piece is padded to it with segment 0
     got: list[list[np.ndarray]] = [[], [], []]
     for j in range(max(len(p) for p in pieces)):
         lens = [(p[j + 1] if j + 1 < len(p) else p[-1]) - (p[j] if j < len(p) else p[-1]) for p in pieces]
-        width = max(1, max(lens))
         tok = np.zeros((3, width), np.int32)
         pos = np.zeros((3, width), np.int32)
         seg = np.zeros((3, width), np.int32)
         for b, p in enumerate(pieces):
             start = p[min(j, len(p) - 1)]
             tok[b, : lens[b]] = streams[b][start : start + lens[b]]
-            pos[b] = start + np.arange(width)
+            pos[b, : lens[b]] = start + np.arange(lens[b])
             seg[b, : lens[b]] = 1
-        logits, cache = model(jnp.asarray(tok), jnp.asarray(pos), segment_ids=jnp.asarray(seg), cache=cache)
+        logits, cache = _forward(model, tok, pos, seg, cache)
         for b in range(3):
             got[b].append(np.asarray(logits[b, : lens[b]]))
     for b, s in enumerate(streams):
-        fresh, _ = model(jnp.asarray(s[None]), jnp.asarray(np.arange(s.size)[None]))
+        fresh, _ = _forward(model, *_padded(s, 64))
         n = pieces[b][-1]
         np.testing.assert_allclose(np.concatenate(got[b]), np.asarray(fresh[0, :n]), atol=2e-5)
 
@@ -108,9 +124,9 @@ def test_extensions_equal_one_fresh_prefill(setup):
             lps[b] += lp.tolist()
     for b, s in enumerate(streams):
         full = np.concatenate([s[: pieces[b][-1] + 1], acts[b]]).astype(np.int32)
-        ref, _ = token_logprobs(model, jnp.asarray(full[None]), jnp.asarray(np.arange(full.size)[None]))
+        ref, _ = _logprobs(model, *_padded(full, 72))
         assert len(acts[b]) == 6
-        np.testing.assert_allclose(lps[b], np.asarray(ref[0, -6:]), atol=2e-5)
+        np.testing.assert_allclose(lps[b], np.asarray(ref[0, full.size - 6 : full.size]), atol=2e-5)
 
 
 @pytest.mark.parametrize("view", ["chat", "per_turn"])
@@ -123,7 +139,7 @@ def test_learner_sees_exactly_the_sampled_tokens(setup, view):
     adv = np.zeros((len(eps), max(e.num_turns for e in eps)), np.float32)
     packed = build_batch(eps, adv, view=view, pad_id=chat.pad_id)
     a = packed.arrays
-    lp, _ = token_logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
+    lp, _ = _logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
     m = a["loss_mask"]
     assert m.sum() == sum(e.num_action_tokens for e in eps)
     np.testing.assert_allclose(np.asarray(lp)[m], a["old_logprobs"][m], atol=2e-4)
@@ -242,7 +258,7 @@ def test_a_remat_model_samples_like_the_plain_one(setup):
     _, chat, cfg, _ = setup
     ref, _ = _collect(setup, n=2, num_envs=2, seed=1, max_turns=2)
     remat_cfg = dataclasses.replace(cfg, remat="full")
-    model = Transformer(remat_cfg, rngs=nnx.Rngs(0))  # the setup's params, with a remat policy
+    model = init_model(remat_cfg, seed=0)  # the setup's params, with a remat policy
     with EnvPool(ENV, 2, wrappers=wrappers_for_view("chat")) as pool:
         engine = RolloutEngine(remat_cfg, pool, chat, RolloutConfig(max_new_tokens=8), env_name=ENV)
         specs = [EpisodeSpec(i, i // 2, 100 + i // 2) for i in range(2)]
@@ -276,7 +292,7 @@ def test_groups_share_their_first_prompt(setup):
     assert stats.shared_prefix_tokens == 4 * (first - 1)  # 4 groups of 2: one prefill each, one copy each
     packed = build_batch(eps, np.zeros((8, 8), np.float32), view="chat", pad_id=chat.pad_id)
     a = packed.arrays
-    lp, _ = token_logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
+    lp, _ = _logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
     np.testing.assert_allclose(np.asarray(lp)[a["loss_mask"]], a["old_logprobs"][a["loss_mask"]], atol=2e-4)
 
 

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from jgem.models.head import token_logprobs
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import init_model
 from jgem.rollout.config import Sampling
 from jgem.rollout.generate import generate
 from jgem.rollout.slots import SlotEngine
@@ -21,7 +21,7 @@ NEW = 10
 
 @pytest.fixture(scope="module")
 def model():
-    m = Transformer(CFG, rngs=nnx.Rngs(0))
+    m = init_model(CFG, seed=0)
     m.embed[...] = m.embed[...] * 25.0  # sharper distributions than the 0.02-std init: well separated argmaxes
     return m
 

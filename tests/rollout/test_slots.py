@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from jgem.models.config import preset
-from jgem.models.transformer import Transformer
+from jgem.models.transformer import init_model
 from jgem.rollout.config import Sampling
 from jgem.rollout.slots import SlotEngine
 
@@ -17,7 +17,7 @@ COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/b
 @pytest.fixture(scope="module")
 def model():
     cfg = preset("tiny", num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2)
-    return cfg, nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+    return cfg, nnx.split(init_model(cfg, seed=0))
 
 
 class CompileCounter:
