@@ -26,6 +26,7 @@ from jgem.checkpoint import (
     config_fingerprint,
     flatten_config,
 )
+from tests.multiprocess import TEST_XLA_FLAGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,7 +229,7 @@ def test_process_killed_mid_save_leaves_last_complete_step(tmp_path):
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         cwd=Path(__file__).resolve().parents[1],
-        env={**os.environ, "JAX_NUM_CPU_DEVICES": "1", "XLA_FLAGS": ""},
+        env={**os.environ, "JAX_NUM_CPU_DEVICES": "1", "XLA_FLAGS": TEST_XLA_FLAGS},
     )
     try:
         assert proc.stdout.readline().strip() == b"saving"

@@ -25,7 +25,7 @@ from jgem.metrics import read_jsonl
 from jgem.registry import register
 from jgem.sharding.config import MeshConfig
 from jgem.train import Trainer, train
-from tests.multiprocess import free_port
+from tests.multiprocess import free_port, xla_flags
 from tests.rollout.envs import FlakyGuessEnv
 from tests.train_utils import small_config
 
@@ -113,7 +113,7 @@ def _run(args: dict, env: dict | None = None, **popen) -> subprocess.Popen:
     e = {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        "XLA_FLAGS": xla_flags(1),
         "PYTHONPATH": str(ROOT),
         **(env or {}),
     }
@@ -243,7 +243,7 @@ def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
                 "JGEM_COORDINATOR": f"127.0.0.1:{port}",
                 "JGEM_NUM_PROCESSES": "2",
                 "JGEM_PROCESS_ID": str(i),
-                "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+                "XLA_FLAGS": xla_flags(2),
             },
         )
         for i in range(2)
@@ -259,7 +259,7 @@ def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
     assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["train/loss"]) for r in rows)
     one = {"run_dir": str(tmp_path / "one"), "steps": 2, "episodes_per_step": 8, "env": {"num_envs": 8}}
     one["warm_start"] = {"steps": 1, "episodes_per_step": 4}
-    ref = _summary(_run({**one, "param_probe": 1}, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}))
+    ref = _summary(_run({**one, "param_probe": 1}, env={"XLA_FLAGS": xla_flags(4)}))
     ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
     for a, b in zip(rows, ref_rows):  # rollout figures are the global batch's, computed on process 0's episodes
         assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
@@ -273,7 +273,7 @@ def _two_processes(args: dict, devices: int = 1) -> list[subprocess.Popen]:
     suite's persistent compilation cache (tests/conftest.py: the same programs, compiled once)."""
     port = free_port()
     env = {"JGEM_COORDINATOR": f"127.0.0.1:{port}", "JGEM_NUM_PROCESSES": "2"}
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = xla_flags(devices)
     return [_run(args, env={**env, "JGEM_PROCESS_ID": str(i)}) for i in range(2)]
 
 

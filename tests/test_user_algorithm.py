@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from jgem.algos.algorithms import ALGORITHMS
+from tests.multiprocess import TEST_XLA_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN = ("rebn", "reinforce", "grpo", "drgrpo", "rloo", "reinforce_pp", "ppo", "gspo", "cispo")
@@ -28,7 +29,7 @@ BUILTIN = ("rebn", "reinforce", "grpo", "drgrpo", "rloo", "reinforce_pp", "ppo",
 def _env(**extra: str) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", **extra}
     env.pop("JAX_NUM_CPU_DEVICES", None)
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = TEST_XLA_FLAGS
     return env
 
 

@@ -139,10 +139,12 @@ def init_model(
     program: built eagerly, every initialiser runs (and compiles) as its own op, on one device. With `mesh`, each
     param is created straight into its sharding by the rules: no replicated copy on one chip (an 8B model's f32
     weights would not fit one), and on several processes arrays whose shards orbax can save."""
-    make = lambda: Transformer(cfg, rngs=nnx.Rngs(seed), value_head=value_head)
-    graphdef, abstract = nnx.split(nnx.eval_shape(make))
+    make = lambda key: Transformer(cfg, rngs=nnx.Rngs(key), value_head=value_head)
+    key = jax.random.key(seed)
+    graphdef, abstract = nnx.split(nnx.eval_shape(make, key))
     out = None if mesh is None else tree_shardings(abstract, mesh, rules)
-    state = jax.jit(lambda: nnx.state(make()), out_shardings=out)()
+    # the key is an argument, not a constant: one program per config whatever the seed (and one cache entry)
+    state = jax.jit(lambda k: nnx.state(make(k)), out_shardings=out)(key)
     return nnx.merge(graphdef, state)
 
 

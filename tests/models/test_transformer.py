@@ -243,19 +243,19 @@ def test_scan_layers_by_default_on_gpu_and_tpu_not_on_cpu():
     assert not scans_layers(model.cfg) and scans_layers(model.cfg.replace(scan_layers=True))
 
 
-@pytest.mark.parametrize("kw", [{}, {"value_head": True}, {"lora": True}])
-def test_the_compiled_init_draws_the_eager_models_values_sharded_by_the_rules(kw):
+def test_the_compiled_init_draws_the_eager_models_values_sharded_by_the_rules():
     """`init_model` is one compiled program (an eager build compiles every initialiser as its own op) and must
     draw what `Transformer(cfg, rngs=nnx.Rngs(seed))` draws, bit for bit: resumed runs, warm starts and the
     adapters of `fresh_adapters` rely on it (XLA folded the init's std into normal's own scale: 1 ulp off in a
-    quarter of the weights). With a mesh, each param is created in the sharding its logical names map to."""
+    quarter of the weights). With a mesh, each param is created in the sharding its logical names map to. One
+    model with every kind of param: LoRA adapters and a value head."""
     from jgem.models.config import LoraConfig
     from jgem.models.transformer import Transformer
     from jgem.sharding.config import MeshConfig
     from jgem.sharding.mesh import make_mesh
     from jgem.sharding.rules import tree_shardings
 
-    cfg = tiny_cfg("qwen3", lora=LoraConfig(rank=4)) if kw.pop("lora", False) else tiny_cfg("qwen3")
+    cfg, kw = tiny_cfg("qwen3", lora=LoraConfig(rank=4)), {"value_head": True}
     eager = nnx.state(Transformer(cfg, rngs=nnx.Rngs(3), **kw))
     mesh = make_mesh(MeshConfig(fsdp=2, tensor=2), devices=jax.devices()[:4])
     for m in (None, mesh):
