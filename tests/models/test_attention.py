@@ -197,7 +197,10 @@ def test_model_forward_and_grads_equal_across_implementations(impl):
                 A.BLOCK = old
 
     (l_ref, g_ref), (l, g) = run("xla"), run(impl)
-    assert float(l) == pytest.approx(float(l_ref), rel=1e-5)
+    # the loss sums sin over every logit (2 x t x vocab terms, each off by ~1e-7 when the softmax sums its blocks in
+    # another order, more or less so as the compiler contracts multiply-adds): an absolute bound; a wrong mask or
+    # block moves the logits by O(1)
+    assert float(l) == pytest.approx(float(l_ref), abs=1e-4)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
 
