@@ -14,7 +14,8 @@ Implementations (`IMPLEMENTATIONS`; "auto" picks by `platform()` and shape, `cho
   backward beats autodiff of the plain one at every length measured), and everywhere it serves long calls over a
   cache (prefill into a cache, the rollout engine's extend).
 - "cudnn": `jax.nn.dot_product_attention(implementation="cudnn")` on GPU; the segment mask goes in as a
-  [B,1,T,S] boolean (cuDNN folds it into a bias), no score matrix per head.
+  [B,1,T,S] boolean (cuDNN folds it into a bias), no score matrix per head. 16-bit inputs only: a float32 model
+  (the tiny preset) on a GPU runs blockwise or xla instead.
 - "splash": the Pallas splash attention kernel on TPU, with segment ids, a causal mask and grouped kv heads.
   Under a mesh it runs per shard (`shard_map`: batch over data/fsdp, heads over tensor). Off TPU it runs in
   Pallas's interpret mode (tests only: slow).
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Any
 
 import flax.struct
 import jax
@@ -75,13 +77,15 @@ def check_implementation(name: str) -> str:
     return name
 
 
-def choose(name: str, mask: Mask, t: int, s: int) -> str:
-    """The implementation a call of T queries over S key slots runs: `name`, resolved where it is "auto" or a
-    fused kernel that does not take this call (see the module docstring)."""
+def choose(name: str, mask: Mask, t: int, s: int, dtype: Any = jnp.bfloat16) -> str:
+    """The implementation a call of T queries over S key slots in `dtype` runs: `name`, resolved where it is "auto"
+    or a fused kernel that does not take this call (see the module docstring; cuDNN's takes 16-bit inputs only)."""
     check_implementation(name)
     long = t * s >= BLOCKWISE_MIN_SCORES
     if name in ("cudnn", "splash") and not mask.self_attention:
         return "blockwise" if long else "xla"
+    if name in ("cudnn", "auto") and platform() == "gpu" and jnp.dtype(dtype).itemsize > 2:
+        return "blockwise" if long else "xla"  # a float32 model (the tiny preset) on a GPU
     if name != "auto":
         return name
     if mask.self_attention and platform() == "cpu":  # its custom VJP: 0.5-0.8x the plain fwd+bwd at T 128-2048
@@ -95,7 +99,7 @@ def choose(name: str, mask: Mask, t: int, s: int) -> str:
 
 def attention(q: Array, k_t: Array, v: Array, mask: Mask, implementation: str = "auto") -> Array:
     """q[B,T,N,H], k_t[B,K,H,S], v[B,K,S,H] -> out[B,T,N,H] in q's dtype (see the module docstring)."""
-    impl = choose(implementation, mask, q.shape[1], v.shape[2])
+    impl = choose(implementation, mask, q.shape[1], v.shape[2], q.dtype)
     if impl == "xla":
         return xla_attention(q, k_t, v, mask)
     if impl == "blockwise":

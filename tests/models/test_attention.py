@@ -156,6 +156,11 @@ def test_auto_chooses_by_platform_and_shape():
         assert choose("auto", cache_mask, 2048, 4096) == "blockwise"  # a long prefill into a cache
     with target_platform("gpu"):
         assert choose("auto", self_mask, 512, 512) == "cudnn"
+        # cuDNN takes 16-bit inputs only (a float32 model crashed the trainer on a GPU: "Unsupported dtype")
+        assert choose("auto", self_mask, 512, 512, jnp.float32) == "xla"
+        assert choose("auto", self_mask, 2048, 2048, jnp.float32) == "blockwise"
+        assert choose("cudnn", self_mask, 64, 64, jnp.float32) == "xla"
+        assert choose("auto", self_mask, 64, 64, jnp.float16) == "cudnn"
         assert choose("auto", cache_mask, 1, 4096) == "xla"
         assert choose("auto", cache_mask, 2048, 4096) == "blockwise"
     with target_platform("tpu"):
