@@ -164,6 +164,25 @@ class WarmStartConfig:
 
 
 @dataclass(frozen=True)
+class PipelineConfig:
+    """How sampling and training take turns (jgem/train/pipeline.py, docs/architecture.md "The pipeline")."""
+
+    mode: str = "sync"
+    """sync: each step plays its episodes to the end, then trains (nothing in flight between steps);
+    off_policy: step s trains on episodes sampled by policy version max(0, s - lag), exactly (deterministic);
+    async: episodes of up to max_staleness steps ahead play while the learner trains, and take each new policy
+    as soon as it is published (partial rollouts)"""
+    lag: int = 1
+    """off_policy: K, the policy version that samples step s's episodes is s - K (0: the same as sync)"""
+    max_staleness: int = 1
+    """async: N, an episode of step s starts once the learner is at version s - N, so no trained token is
+    more than N updates older than the policy it trains (0: the same as sync)"""
+    stale_kv: str = "keep"
+    """async, on publication: keep the keys and values an in-flight episode computed under the old policy, or
+    recompute them (prefill its stream again under the new one)"""
+
+
+@dataclass(frozen=True)
 class LogConfig:
     """Metric sinks beside metrics.jsonl and TensorBoard (always written): Weights & Biases, off by default."""
 
@@ -234,6 +253,7 @@ class TrainConfig:
     console: bool = True
     """print a progress bar and metrics to the console"""
     log: LogConfig = field(default_factory=LogConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -459,6 +479,15 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
         )
     if algorithm is not None and algorithm.grouped and cfg.group_size < 2:
         errors.append(f"{cfg.algorithm} normalises within groups of rollouts; set {f('group_size')} >= 2 (e.g. 8)")
+    pipe = cfg.pipeline
+    if pipe.mode not in ("sync", "off_policy", "async"):
+        errors.append(f"{f('pipeline.mode')} is {pipe.mode!r}; choose sync, off_policy or async")
+    for name in ("lag", "max_staleness"):
+        value = getattr(pipe, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            errors.append(f"{f('pipeline.' + name)} is {value!r}; it must be an integer >= 0")
+    if pipe.stale_kv not in ("keep", "recompute"):
+        errors.append(f"{f('pipeline.stale_kv')} is {pipe.stale_kv!r}; choose keep or recompute")
     if cfg.rollout.dynamic_sampling and algorithm is not None and not algorithm.grouped:
         grouped = ", ".join(a for a in ALGORITHMS.names() if ALGORITHMS.get(a).grouped)
         errors.append(

@@ -232,13 +232,16 @@ def test_a_moved_run_dir_resumes(tmp_path):
 def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
     """2 processes x 2 devices, each with 4 envs and 4 episodes a step, sampling in lockstep on the sharded params,
     against 1 process x 4 devices with 8 envs and 8 episodes: the same episodes (ids and seeds are global, the
-    warm start's teacher games too), the same global batch, the same params after a warm-start step and 2 RL steps
-    (up to the order of float sums)."""
+    warm start's teacher games too), the same global batch, the same params after a warm-start step and 3 RL steps
+    (up to the order of float sums). Both run the off_policy pipeline with lag 1 (step 2's episodes play by version
+    1 while step 1's still play by version 0: two versions' chunks a round, in lockstep); sync over 2 processes is
+    the SIGKILL test's below."""
     warm = {"warm_start": {"steps": 1, "episodes_per_step": 2}}  # 2 teacher games a process, 4 in one process
+    warm["pipeline"] = {"mode": "off_policy", "lag": 1}
     port = free_port()
     procs = [
         _run(
-            {**warm, "run_dir": str(tmp_path / "run"), "steps": 2, "param_probe": 1},
+            {**warm, "run_dir": str(tmp_path / "run"), "steps": 3, "param_probe": 1},
             env={
                 "JGEM_COORDINATOR": f"127.0.0.1:{port}",
                 "JGEM_NUM_PROCESSES": "2",
@@ -256,9 +259,11 @@ def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
                 p.kill()
     assert summaries[0]["params_sha256"] == summaries[1]["params_sha256"]
     rows = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "train/loss" in r]
-    assert [r["step"] for r in rows] == [1, 2] and all(math.isfinite(r["train/loss"]) for r in rows)
-    one = {"run_dir": str(tmp_path / "one"), "steps": 2, "episodes_per_step": 8, "env": {"num_envs": 8}}
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(math.isfinite(r["train/loss"]) for r in rows)
+    assert [r["pipeline/staleness_max"] for r in rows] == [0, 1, 1]
+    one = {"run_dir": str(tmp_path / "one"), "steps": 3, "episodes_per_step": 8, "env": {"num_envs": 8}}
     one["warm_start"] = {"steps": 1, "episodes_per_step": 4}
+    one["pipeline"] = warm["pipeline"]
     ref = _summary(_run({**one, "param_probe": 1}, env={"XLA_FLAGS": xla_flags(4)}))
     ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
     for a, b in zip(rows, ref_rows):  # rollout figures are the global batch's, computed on process 0's episodes

@@ -59,7 +59,8 @@ class RolloutStats:
     """Counters of one `collect` call. `prefill_tokens`: prompt tokens the model processed (prefilled, or fed
     as a turn's first decode input); `stream_tokens`: the tokens of the episodes' streams (chat view: each
     episode's stream once; per-turn view: each turn's prompt and action); `shared_prefix_tokens`: first-prompt
-    tokens copied from a group peer's slot instead of prefilled; `decode_rows`/`decode_active`: row-steps the
+    tokens copied from a group peer's slot instead of prefilled; `recomputed_tokens`: positions prefilled again
+    under newly published weights (`publish(stale_kv="recompute")`); `decode_rows`/`decode_active`: row-steps the
     decode chunks computed / of which a slot was generating."""
 
     turns: int = 0
@@ -75,6 +76,7 @@ class RolloutStats:
     decode_chunks: int = 0
     decode_rows: int = 0
     decode_active: int = 0
+    recomputed_tokens: int = 0
 
     def as_metrics(self) -> dict[str, float]:
         out = {f"collect/{k}": float(v) for k, v in dataclasses.asdict(self).items()}
@@ -86,12 +88,28 @@ class RolloutStats:
 Phase = Literal["env", "extend", "decode"]
 
 
+@dataclass(frozen=True)
+class _Play:
+    """How a submitted episode is played: its draws' key and stream, its turn limit, its sampling settings."""
+
+    key: Any
+    stream: int
+    max_turns: int
+    sampling: Sampling
+
+    @property
+    def group(self) -> tuple[int, Sampling]:
+        return (id(self.key), self.sampling)
+
+
 @dataclass
 class _Live:
     """An episode in a slot. `stream`: chat view, the whole stream so far; per-turn view, this turn's prompt
     and the action being sampled. The slot holds the keys and values of stream[:cached]."""
 
     spec: EpisodeSpec
+    play: _Play
+    version: int = 0  # the policy version sampling its tokens now
     phase: Phase = "env"
     stream: list[int] = field(default_factory=list)
     cached: int = 0
@@ -99,6 +117,7 @@ class _Live:
     num_messages: int = 0
     action: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # the policy version of each action token
     limit: int = 0
     transitions: list[Transition] = field(default_factory=list)
     prefix_key: tuple | None = None  # (group, first prompt) while the slot holds that prompt's keys and values
@@ -143,6 +162,11 @@ class RolloutEngine:
                 "devices on the mesh's batch axes"
             )
         self.stats = RolloutStats()
+        self._queue: deque[tuple[EpisodeSpec, _Play]] = deque()
+        self._live: list[_Live | None] = [None] * pool.num_envs
+        self._finished: dict[tuple[int, int], Episode] = {}  # (stream, episode id) -> episode, until taken
+        self._versions: dict[tuple[int, int], int] = {}  # (stream, episode id) -> version, while queued
+        self._last_play: _Play | None = None
 
     @property
     def num_compilations(self) -> int:
@@ -158,44 +182,149 @@ class RolloutEngine:
         *,
         max_turns: int,
         greedy: bool | None = None,
+        version: int = 0,
     ) -> list[Episode]:
         """Play every spec to its end (or `max_turns`, or a token budget); episodes in `specs` order. `model`: an
-        nnx module or `(graphdef, state)`; `greedy` overrides the config's for this call (evaluation)."""
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        ids = [s.episode_id for s in specs]
-        if len(set(ids)) != len(ids):
-            raise ValueError("collect: episode ids repeat; each spec needs its own episode_id (it keys the sampling)")
-        model = nnx.split(model) if isinstance(model, nnx.Module) else model
-        sampling = self.cfg.sampling if greedy is None else dataclasses.replace(self.cfg.sampling, greedy=greedy)
-        self.stats = RolloutStats()
-        self._queue = deque(specs)
-        self._live: list[_Live | None] = [None] * self.pool.num_envs
-        self._finished: dict[int, Episode] = {}
-        self._max_turns = max_turns
+        nnx module or `(graphdef, state)`; `greedy` overrides the config's for this call (evaluation); `version`: the
+        policy version recorded on every sampled token. The engine must be idle (nothing submitted or in flight), and
+        is idle again after."""
+        if self.busy:
+            raise ValueError("collect needs an idle engine; run() the submitted episodes to their end first")
         if self.pool.num_in_flight:
             raise ValueError("collect needs an idle pool; recv() the commands in flight first")
+        self.stats = RolloutStats()
+        self.submit(specs, rng, max_turns=max_turns, greedy=greedy, version=version)
+        self.run({version: model})
+        return self.take([s.episode_id for s in specs])
+
+    def submit(
+        self,
+        specs: Sequence[EpisodeSpec],
+        key: jax.Array,
+        *,
+        max_turns: int,
+        stream: int = -1,
+        greedy: bool | None = None,
+        version: int = 0,
+    ) -> None:
+        """Queue `specs` to be played by policy `version` (a key of the models `run` is given), their tokens drawn
+        from `key` (`stream` k >= 0: from fold_in(key, k), so several steps' episodes, each with its step's stream,
+        share the engine and the tokens stay those of a `collect` with fold_in(key, k)). Episode ids must be unique
+        among the engine's episodes (with streams, unique per stream: they key the draws)."""
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        ids = [(stream, s.episode_id) for s in specs]
+        taken = {(play.stream, spec.episode_id) for spec, play in self._queue} | {
+            (x.play.stream, x.spec.episode_id) for x in self._live if x is not None
+        }
+        if len(set(ids)) != len(ids) or taken & set(ids):
+            raise ValueError("submit: episode ids repeat; each spec needs its own episode_id (it keys the sampling)")
+        sampling = self.cfg.sampling if greedy is None else dataclasses.replace(self.cfg.sampling, greedy=greedy)
+        self._last_play = play = _Play(key, stream, max_turns, sampling)
+        self._queue.extend((s, play) for s in specs)
+        for s in specs:
+            self._versions[(stream, s.episode_id)] = version
+
+    def run(self, models: dict[int, Any], until: Callable[[], bool] | None = None) -> None:
+        """Play rounds until `until()` holds (on every process) or nothing is queued or live. `models`: the policy
+        of every version a queued or live episode is played by (an nnx module or `(graphdef, state)` each).
+        Finished episodes wait for `take`; the others stay in their slots, and their envs keep stepping between
+        calls."""
+        models = {v: nnx.split(m) if isinstance(m, nnx.Module) else m for v, m in models.items()}
         self._start_free()
         while True:
             live = any(x is not None for x in self._live)
             decoding = [i for i, x in enumerate(self._live) if x is not None and x.phase == "decode"]
             extending = [i for i, x in enumerate(self._live) if x is not None and x.phase == "extend"]
+            wanted = until is None or not until()
             # in lockstep, every process runs the round's programs when any process has work (its own rows or none)
-            live, work = self.slots.agree([live, bool(decoding or extending)])
-            if not live:
+            live, work, wanted = self.slots.agree([live, bool(decoding or extending), wanted])
+            if not live or not wanted:
+                if wanted and until is not None and not until():
+                    raise RuntimeError("run: nothing is queued or live, but `until` does not hold")
                 break
             if not work:
                 self._receive(block=True)
                 self._start_free()
                 continue
-            if extending or self.slots.lockstep:
-                self._extend(model, extending)
-                decoding += extending
-            handle = self._dispatch(model, decoding, rng, sampling)
-            self._receive(block=False)  # env results that came in while the device decodes
-            self._take_actions(decoding, handle)
+            for version, slots in self._by_version(decoding + extending).items():
+                model, play = models[version], self._play_of(slots)
+                ext = [i for i in slots if self._live[i].phase == "extend"]
+                if ext or self.slots.lockstep:
+                    self._extend(model, ext)
+                handle = self._dispatch(model, slots, play)
+                self._receive(block=False)  # env results that came in while the device decodes
+                self._take_actions(slots, handle, version)
             self._start_free()
-        return [self._finished[s.episode_id] for s in specs]
+
+    def take(self, episode_ids: Sequence[int], *, stream: int = -1) -> list[Episode]:
+        """The finished episodes `episode_ids` (of `stream`), in that order, handed over (the engine forgets them)."""
+        missing = [i for i in episode_ids if (stream, i) not in self._finished]
+        if missing:
+            raise KeyError(f"take: episodes {missing[:8]} of stream {stream} are not finished")
+        return [self._finished.pop((stream, i)) for i in episode_ids]
+
+    def finished(self, episode_ids: Sequence[int], *, stream: int = -1) -> bool:
+        """Whether every one of `episode_ids` (of `stream`) has finished (and waits for `take`)."""
+        return all((stream, i) in self._finished for i in episode_ids)
+
+    def put_back(self, episodes: Sequence[Episode], *, stream: int = -1) -> None:
+        """Finished episodes (of `stream`) handed to the engine again, to be taken later (a resumed pipeline's)."""
+        for e in episodes:
+            self._finished[(stream, e.episode_id)] = e
+
+    def versions_in_use(self) -> set[int]:
+        """The policy versions that queued and live episodes are played by."""
+        return set(self._versions.values()) | {x.version for x in self._live if x is not None}
+
+    @property
+    def busy(self) -> bool:
+        """Whether episodes are queued or live."""
+        return bool(self._queue) or any(x is not None for x in self._live)
+
+    def publish(self, version: int, *, stale_kv: str = "keep") -> int:
+        """Every queued and live episode goes on with policy `version` (partial rollouts: the tokens it samples from
+        now on are that version's). `stale_kv`: "keep" the keys and values already computed under the old policy,
+        or "recompute" them (each live stream is prefilled again under the new one before it samples). Returns
+        the positions to recompute."""
+        if stale_kv not in ("keep", "recompute"):
+            raise ValueError(f"stale_kv {stale_kv!r}; choose 'keep' or 'recompute'")
+        for k in self._versions:
+            self._versions[k] = version
+        redo = 0
+        for x in self._live:
+            if x is None:
+                continue
+            x.version, x.prefix_key = version, None  # its prompt's keys and values are another version's
+            if stale_kv == "recompute" and x.cached:
+                redo += x.cached
+                x.cached = 0
+                if x.phase == "decode":
+                    x.phase = "extend"
+        self.stats.recomputed_tokens += redo
+        return redo
+
+    def _by_version(self, slots: list[int]) -> dict[int, list[int]]:
+        """The slots grouped by the policy version they sample with: one chunk per version, oldest first. In
+        lockstep every process runs the same chunks: one per version from the oldest to the newest any process has
+        (a process without rows of a version takes part with padding rows)."""
+        groups: dict[int, list[int]] = {}
+        for i in slots:
+            groups.setdefault(self._live[i].version, []).append(i)
+        if self.slots.lockstep:
+            neg_lo, hi = self.slots.agree([-min(groups, default=1 << 30), max(groups, default=-1)])
+            return {v: groups.get(v, []) for v in range(-neg_lo, hi + 1)}
+        return dict(sorted(groups.items()))
+
+    def _play_of(self, slots: list[int]) -> _Play:
+        """What one chunk's slots are played with (their key and sampling: one per chunk)."""
+        plays = {self._live[i].play.group for i in slots}
+        if len(plays) > 1:
+            raise ValueError(
+                "the episodes of one policy version were submitted with different keys or sampling settings; a decode "
+                "chunk takes one of each: submit them with the same key (different streams) and sampling"
+            )
+        return self._live[slots[0]].play if slots else self._last_play
 
     # -- the loop's steps ------------------------------------------------------------------------------
 
@@ -204,9 +333,9 @@ class RolloutEngine:
         free = [i for i, x in enumerate(self._live) if x is None][: len(self._queue)]
         if free:
             specs = [self._queue.popleft() for _ in free]
-            for i, s in zip(free, specs):
-                self._live[i] = _Live(s)
-            self.pool.reset(free, [s.seed for s in specs])
+            for i, (s, play) in zip(free, specs):
+                self._live[i] = _Live(s, play, version=self._versions.pop((play.stream, s.episode_id)))
+            self.pool.reset(free, [s.seed for s, _ in specs])
 
     def _receive(self, *, block: bool) -> None:
         if not self.pool.num_in_flight:
@@ -246,6 +375,7 @@ class RolloutEngine:
                 np.asarray(ep.logprobs, np.float32),
                 reward,
                 stopped=stopped,
+                versions=np.asarray(ep.versions, np.int32),
                 prompt_ids=np.asarray(ep.stream[: ep.prompt_len], np.int32) if per_turn else None,
             )
         )
@@ -256,7 +386,7 @@ class RolloutEngine:
         fault = "fault" in info
         self.stats.faults += fault
         done = terminated or truncated or fault
-        if not done and len(ep.transitions) >= self._max_turns:
+        if not done and len(ep.transitions) >= ep.play.max_turns:
             done, truncated = True, True
         next_prompt = None
         if not terminated and not fault:  # the state the episode goes on in (or was cut in)
@@ -281,7 +411,7 @@ class RolloutEngine:
             self._finish(i, info, truncated=truncated, next_prompt=next_prompt if truncated else None)
 
     def _begin_turn(self, ep: _Live) -> None:
-        ep.prompt_len, ep.action, ep.logprobs, ep.phase = len(ep.stream), [], [], "extend"
+        ep.prompt_len, ep.action, ep.logprobs, ep.versions, ep.phase = len(ep.stream), [], [], [], "extend"
         limit = self.cfg.max_new_tokens
         if self.turn_token_limit is not None:
             limit = max(1, min(limit, int(self.turn_token_limit(ep.spec, len(ep.transitions)))))
@@ -294,7 +424,7 @@ class RolloutEngine:
             last = ep.transitions[-1]
             stream = np.asarray(ep.stream[: last.prompt_len + last.action_ids.size], np.int32)
             self.stats.stream_tokens += stream.size
-        self._finished[ep.spec.episode_id] = Episode(
+        self._finished[(ep.play.stream, ep.spec.episode_id)] = Episode(
             ep.spec.episode_id,
             ep.spec.group_id,
             self.env_name,
@@ -320,8 +450,9 @@ class RolloutEngine:
         for i in slots:
             ep = self._live[i]
             todo = ep.stream[ep.cached : -1]
-            if ep.cached == 0 and not ep.transitions and self.cfg.view == "chat":
-                ep.prefix_key = (ep.spec.group_id, tuple(ep.stream))
+            if ep.cached == 0 and not ep.transitions and not ep.action and self.cfg.view == "chat":
+                # the keys and values of one policy version's first prompt of a group (of one step's stream)
+                ep.prefix_key = (ep.version, ep.play.stream, ep.spec.group_id, tuple(ep.stream))
                 src = holders.get((ep.prefix_key, shard(i)))
                 if src is not None and src != i:
                     copies.append((src, i))
@@ -338,7 +469,7 @@ class RolloutEngine:
         self.stats.prefill_tokens += real
         self.stats.prefill_computed += computed
 
-    def _dispatch(self, model: Any, slots: list[int], rng: jax.Array, sampling: Sampling) -> Any:
+    def _dispatch(self, model: Any, slots: list[int], play: _Play) -> Any:
         eps = [self._live[i] for i in slots]
         handle, rows = self.slots.decode(
             model,
@@ -349,14 +480,15 @@ class RolloutEngine:
             limit=[e.limit for e in eps],
             episode=[e.spec.episode_id for e in eps],
             turn=[len(e.transitions) for e in eps],
-            key=rng,
-            sampling=sampling,
+            key=play.key,
+            sampling=play.sampling,
+            stream=[e.play.stream for e in eps],
         )
         self.stats.decode_chunks += 1
         return handle, rows
 
-    def _take_actions(self, slots: list[int], dispatched: tuple[Any, int]) -> None:
-        """Append each slot's new tokens; send every action that ended to its env."""
+    def _take_actions(self, slots: list[int], dispatched: tuple[Any, int], version: int) -> None:
+        """Append each slot's new tokens (sampled by policy `version`); send every action that ended to its env."""
         handle, rows = dispatched
         out = self.slots.fetch(handle)
         self.stats.decode_rows += rows * max((len(t) for t, _ in out), default=0)
@@ -366,6 +498,7 @@ class RolloutEngine:
             self.stats.decode_active += len(toks)
             ep.action += toks.tolist()
             ep.logprobs += lps.tolist()
+            ep.versions += [version] * len(toks)
             ep.stream += toks.tolist()
             ep.cached = len(ep.stream) - 1
             stopped = self.chat.ends_with_stop(ep.action)

@@ -37,6 +37,8 @@ class Transition:
     stopped: bool = True  # the action ended with a stop token (False: cut at the token limit)
     info: dict[str, Any] = field(default_factory=dict)
     prompt_ids: np.ndarray | None = None  # per-turn view only: this turn's own prompt (a fresh template)
+    # the policy version (updates applied) that sampled each action token; None: not recorded (scripted teachers)
+    versions: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.prompt_len = int(self.prompt_len)
@@ -47,6 +49,13 @@ class Transition:
                 f"transition {self.episode_id}/{self.turn}: {self.action_logprobs.size} action_logprobs for "
                 f"{self.action_ids.size} action_ids; the sampler returns one log-prob per sampled token"
             )
+        if self.versions is not None:
+            self.versions = _ids(self.versions)
+            if self.versions.shape != self.action_ids.shape:
+                raise ValueError(
+                    f"transition {self.episode_id}/{self.turn}: {self.versions.size} versions for "
+                    f"{self.action_ids.size} action_ids; the engine records one policy version per sampled token"
+                )
         if self.prompt_ids is not None:
             self.prompt_ids = _ids(self.prompt_ids)
             if self.prompt_len != self.prompt_ids.size:

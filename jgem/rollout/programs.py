@@ -6,9 +6,11 @@ jax keys its compilation cache on them, so two engines of the same configuration
 evaluation's, a warm start's, a test's) run the same compiled programs: the second compiles nothing.
 
 Per-slot decode state lives on the device, next to the cache (`state` int32[slots, STATE_COLUMNS]: the token to
-feed, its position, tokens sampled in the action, the action's limit, the episode and turn that key the draws, and
-whether the slot is generating). `decode` reads it and writes it back; between chunks the host sends only the rows
-that changed (`update`: slots that start an action, slots taken out).
+feed, its position, tokens sampled in the action, the action's limit, the episode and turn that key the draws,
+whether the slot is generating, and the draws' stream: a slot with stream k >= 0 draws from fold_in(key, k), one
+with -1 from the call's key itself, so episodes of several training steps, each with its step's key, share a
+chunk). `decode` reads it and writes it back; between chunks the host sends only the rows that changed (`update`:
+slots that start an action, slots taken out).
 
 Slot rows are gathered into a smaller batch (a *bucket*) when fewer slots take part than the cache has, shard by
 shard (`shard_map`): a row never leaves its shard. Programs attend a *window* of the first positions of a slot.
@@ -33,8 +35,8 @@ from jgem.rollout.sampling import sample_logits
 
 Array = jax.Array
 # the decode state's columns
-LAST, POS, NTOK, LIMIT, EPISODE, TURN, LIVE = range(7)
-STATE_COLUMNS = 7
+LAST, POS, NTOK, LIMIT, EPISODE, TURN, LIVE, STREAM = range(8)
+STATE_COLUMNS = 8
 STOP_FRACTION = 4  # a decode chunk ends early once 1/STOP_FRACTION of its generating slots have stopped
 
 _traces = threading.local()  # model programs traced (= compiled) by this thread: jit traces on the calling thread
@@ -197,10 +199,12 @@ def decode(
     rows = None if size * layout.shards == state.shape[0] else layout.live_rows(state, size)
     sub = layout.take(cache, rows, window)  # attention reads `window` positions, not the whole slot
     mine = layout.take_state(state, rows)
-    last, pos, ntok, limit, episode, turn, live = (mine[:, c] for c in range(STATE_COLUMNS))
+    last, pos, ntok, limit, episode, turn, live, stream = (mine[:, c] for c in range(STATE_COLUMNS))
     n = last.shape[0]
     fold = jax.vmap(jax.random.fold_in)
-    base = fold(fold(jnp.broadcast_to(key, (n,)), episode), turn)  # one key per (episode, turn)
+    run = jnp.broadcast_to(key, (n,))
+    run = jnp.where(stream >= 0, fold(run, jnp.maximum(stream, 0)), run)  # a step's stream, or the key itself
+    base = fold(fold(run, episode), turn)  # one key per (episode, turn)
 
     def body(c):
         i, sub, last, pos, ntok, active, toks, lps = c
@@ -232,7 +236,7 @@ def decode(
         return (c[0] < steps) & jnp.any(c[5]) & (jnp.sum(started & ~c[5]) < quota)
 
     _, sub, last, pos, ntok, active, toks, lps = jax.lax.while_loop(more, body, init)
-    mine = jnp.stack([last, pos, ntok, limit, episode, turn, active.astype(jnp.int32)], axis=1)
+    mine = jnp.stack([last, pos, ntok, limit, episode, turn, active.astype(jnp.int32), stream], axis=1)
     return layout.put(cache, rows, sub), layout.put_state(state, rows, mine), toks, lps, mine
 
 

@@ -237,9 +237,11 @@ class SlotEngine:
         turn: Sequence[int],
         key: Array,
         sampling: Sampling,
+        stream: Sequence[int] | None = None,
     ) -> tuple[Any, int]:
         """Dispatches one decode chunk for `slots` (per slot: the token to feed and its position, tokens sampled so
-        far in this action, the action's token limit, and the episode and turn that key its draws); the other slots
+        far in this action, the action's token limit, the episode and turn that key its draws, and the draws' stream:
+        k >= 0 draws from fold_in(key, k), -1 (the default) from `key`); the other slots
         stop generating. Returns a handle for `fetch` without blocking, and the number of rows the chunk computes on
         this process's shards. In lockstep every process calls it, with its own slots (possibly none).
 
@@ -250,7 +252,8 @@ class SlotEngine:
         slots = np.asarray(list(slots), np.int64)
         want = self._mirror.copy()
         want[:, LIVE] = 0  # slots not in this chunk stop
-        cols = (last, pos, ntok, limit, episode, turn, np.ones(slots.size))
+        stream = np.full(slots.size, -1) if stream is None else stream
+        cols = (last, pos, ntok, limit, episode, turn, np.ones(slots.size), stream)
         want[slots] = np.stack([np.asarray(c, np.int64) for c in cols], axis=1).astype(np.int32)
         changed = np.flatnonzero((want != self._mirror).any(axis=1))
         need, end, k = self.agree([self._rows_per_shard(slots), max(pos, default=0), self._rows_per_shard(changed)])

@@ -14,6 +14,7 @@ from the run's seed, step and round), so the same seed gives the same run, and a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -73,12 +74,15 @@ class GroupFilter:
         return [e for group in self.kept[: self.target] for e in group]
 
 
-def dynamic_sample(run: Run, step: int, episodes: list[Episode]) -> tuple[list[Episode], dict[str, float]]:
+def dynamic_sample(
+    run: Run, step: int, episodes: list[Episode], play: Callable[[int], list[Episode]] | None = None
+) -> tuple[list[Episode], dict[str, float]]:
     """Step `step`'s training episodes from its played `episodes` (round 0): groups without signal dropped, extra
     rounds played while any process misses groups (every process plays a round together: the engine runs in
     lockstep), at most `rollout.max_resample_rounds`. With no group kept at all, the step trains on its own episodes,
-    as without dynamic sampling. `run.engine.stats` becomes the sum over the rounds. Metrics: rollout/groups_dropped,
-    rollout/groups_kept (trained), rollout/resample_rounds."""
+    as without dynamic sampling. `play(r)`: round r's episodes (a pipeline's, `jgem.train.pipeline`); by default
+    `run.collect(step, round=r)`, and `run.engine.stats` becomes the sum over the rounds. Metrics:
+    rollout/groups_dropped, rollout/groups_kept (trained), rollout/resample_rounds."""
     cfg = run.cfg
     found = GroupFilter(cfg.episodes_per_step // cfg.group_size, cfg.gamma)
     found.add(episodes)
@@ -86,10 +90,14 @@ def dynamic_sample(run: Run, step: int, episodes: list[Episode]) -> tuple[list[E
     rounds = 0
     while rounds < cfg.rollout.max_resample_rounds and process_max([found.missing])[0] > 0:
         rounds += 1
+        if play is not None:  # the engine's stats keep counting across calls
+            found.add(play(rounds))
+            continue
         found.add(run.collect(step, round=rounds))
         for f in dataclasses.fields(RolloutStats):
             setattr(stats, f.name, getattr(stats, f.name) + getattr(run.engine.stats, f.name))
-    run.engine.stats = stats
+    if play is None:
+        run.engine.stats = stats
     kept = found.episodes()
     metrics = {
         "rollout/groups_dropped": float(found.dropped),

@@ -19,9 +19,11 @@ from jgem.algos.step import train_step
 from jgem.checkpoint import CheckpointConfig, Checkpointer
 from jgem.config import TrainConfig
 from jgem.metrics import MetricsLogger, WandbWriter, plot_curves
+from jgem.rollout.engine import RolloutStats
 from jgem.train.dynamic import dynamic_sample
 from jgem.train.evaluate import episode_metrics, eval_metrics
 from jgem.train.learn import Learner, check_finite_loss
+from jgem.train.pipeline import Pipeline, staleness
 from jgem.train.progress import CONSOLE_KEYS, Progress, curve_keys
 from jgem.train.warm_start import warm_start
 
@@ -55,6 +57,8 @@ class Trainer(Learner):
         super().__init__(cfg)
         # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
+        # the producer / consumer of an off_policy or async run (jgem.train.pipeline); None: sync
+        self.pipeline = Pipeline(self) if cfg.pipeline.mode != "sync" else None
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -70,16 +74,23 @@ class Trainer(Learner):
                 summary |= self._warm_phase(ckpt, logger, progress)
             last_eval = summary.get("warm_start_eval", summary.get("initial_eval", {}))
             progress.start("train", cfg.steps, self.host["step"])
+            if self.pipeline:
+                self.pipeline.start(self.host["step"])
             for step in range(self.host["step"], cfg.steps):
                 metrics = self.train_step(step)
                 self.host["step"] = step + 1
                 progress.advance(metrics)
                 evaluated = bool(cfg.eval_every) and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps)
+                saved = (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps
+                if self.pipeline and (evaluated or saved):
+                    self.pipeline.drain(step + 1)  # the engine idle for the evaluation, the steps ahead finished
                 if evaluated:
                     last_eval = self._evaluate(step + 1, f"after step {step + 1}", progress)
                     metrics |= last_eval
                 logger.log(step + 1, metrics)
-                if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+                if saved:
+                    if self.pipeline:
+                        self.pipeline.save(step + 1, ckpt.all_steps())
                     ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
             progress.stop()
             ckpt.wait()
@@ -104,13 +115,26 @@ class Trainer(Learner):
         """One RL step: play its episodes (with dynamic sampling, drop the groups without signal and play more),
         learn from them; the step's metrics (its episodes': the first round's, the step's on-policy sample)."""
         t0 = time.perf_counter()
-        played = episodes = self.collect(step)
+        pipe = self.pipeline
+        if pipe is None:
+            played = episodes = self.collect(step)
+        else:
+            self.engine.stats = RolloutStats()  # this step's share of the engine's work
+            played = episodes = pipe.batch(step)
         sampled = {}
         if self.cfg.rollout.dynamic_sampling:
-            episodes, sampled = dynamic_sample(self, step, played)
+            extra = None if pipe is None else (lambda r: pipe.extra(step, r))
+            episodes, sampled = dynamic_sample(self, step, played, extra)
+        stale = staleness(episodes, step)
+        if pipe is not None and pipe.mode == "async" and stale.size and stale.max() > pipe.ahead:
+            raise AssertionError(f"step {step} would train on tokens {stale.max()} versions old (max {pipe.ahead})")
         t1 = time.perf_counter()
+        if pipe is not None:
+            pipe.before_update(step)
         metrics = {k if "/" in k else f"train/{k}": v for k, v in self.learn(episodes).items()}
         check_finite_loss(metrics["train/loss"], step, episodes)
+        if pipe is not None:
+            pipe.after_update(step)
         t2 = time.perf_counter()
         self.host["episodes"] += len(episodes)
         metrics |= episode_metrics(played, "rollout") | self.engine.stats.as_metrics() | sampled
@@ -122,6 +146,8 @@ class Trainer(Learner):
             "compile/rollout": float(self.engine.num_compilations),
             "compile/update": float(train_step._cache_size()),
             "pool/faults_total": float(self.pool.num_faults),
+            "pipeline/staleness_mean": float(stale.mean()) if stale.size else 0.0,
+            "pipeline/staleness_max": float(stale.max()) if stale.size else 0.0,
         }
         return metrics
 
@@ -133,6 +159,10 @@ class Trainer(Learner):
     def evaluate(self, step: int) -> dict[str, float]:
         """Eval metrics on the held-out seeds, with the horizon evaluation ran at and the training horizon of `step`."""
         return eval_metrics(self, step, self.collect(step, eval=True))
+
+    def collect(self, step: int, *, eval: bool = False, round: int = 0):
+        """`Run.collect`, recording version `step` (the updates applied) on every sampled token."""
+        return super().collect(step, eval=eval, round=round, version=step)
 
     # -- the loop's parts ---------------------------------------------------------------------------
 
@@ -188,6 +218,8 @@ class Trainer(Learner):
             return False
         self.state = restored.state
         self.host = {k: restored.host[k] for k in HOST_KEYS}
+        if self.pipeline:
+            self.pipeline.restore(self.host["step"])
         logger.rewind(self.host["step"])
         progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}", markup=False)
         return True

@@ -152,9 +152,9 @@ class Run:
         cut = (self.cfg.eval_max_turns or MAX_TURNS_CAP) if eval else self.curriculum.max_turns(step)
         return min(cut, self.env_max_turns) if self.env_max_turns else cut
 
-    def collect(self, step: int, *, eval: bool = False, round: int = 0) -> list[Episode]:
+    def collect(self, step: int, *, eval: bool = False, round: int = 0, version: int = 0) -> list[Episode]:
         """Step `step`'s episodes (or its evaluation's, or dynamic sampling's extra `round`), played by the current
-        policy to the end."""
+        policy (recorded as `version` on the tokens) to the end."""
         cfg = self.cfg
         key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
         return self.engine.collect(
@@ -163,6 +163,7 @@ class Run:
             key,
             max_turns=self.horizon(step, eval=eval),
             greedy=cfg.eval_greedy if eval else None,
+            version=version,
         )
 
     def restore_policy(self, checkpoints: str | Path, step: int) -> None:

@@ -1,0 +1,167 @@
+"""The pipeline: the rollout engine as a producer that is never drained at a step boundary, the learner as its
+consumer (`--pipeline.mode off_policy | async`; `sync` is `Run.collect`, no pipeline).
+
+Policy versions count RL updates: the learner at step s holds version s. Step s's episodes are the same
+`Run.specs(s)` as in a synchronous run, their tokens drawn from stream 2s of the run's key, so they are those a
+synchronous run would sample with the same policy. The producer may run `ahead` steps in front of the learner: at
+step s the episodes of steps up to s + ahead are submitted (queued into the engine, which starts them as slots
+free), and the learner takes step s's episodes (whole groups: a step's) as soon as they have all finished, while
+the later steps' go on playing in the other slots and their envs keep stepping through the update.
+
+- off_policy, `lag` K (ahead = K): step s + K's episodes are submitted at version s and played by it to their end,
+  so step s trains on episodes of version max(0, s - K) exactly, whatever the timing, slot count or backend. The
+  engine plays each version's slots in a chunk of their own, so up to K + 1 policies are live: the learner's params
+  of version v are copied (`keep`) before an update when an episode still needs them, and dropped once none does.
+  K = 0 runs the same programs on the same episodes as `sync`: the same params bit for bit.
+- async, `max_staleness` N (ahead = N): every queued and live episode takes each new policy when the update that
+  made it ends (`RolloutEngine.publish`: partial rollouts; `stale_kv` keeps or recomputes the keys and values
+  of their streams). Step s + N is submitted at version s, so every token step s + N trains on was sampled by a
+  version in [s, s + N]: no trained token is more than N updates stale (checked every step,
+  `pipeline/staleness_max`). Which version samples which token depends on timing.
+
+A checkpoint or an evaluation first drains the pipeline (the in-flight episodes play to their end, with the
+policies they would have had); a checkpoint then stores the finished episodes of the steps ahead (a pickle per
+process beside the checkpoints, `pipeline/step-S.process-P.pkl`), so a resumed run trains on exactly the episodes
+the interrupted one would have. In off_policy mode resume is exact; in async mode the drain only fixes the timing
+of what was in flight at the checkpoint.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jgem.rollout.episode import Episode
+from jgem.sharding.mesh import process_max
+
+if TYPE_CHECKING:
+    from jgem.train.learn import Learner
+
+_copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))  # a version's params, before the update donates them
+
+
+class Pipeline:
+    """Producer and consumer of one run (module docstring). `batch(step)` is step `step`'s episodes;
+    `before_update` / `after_update` bracket the learner's update of that step."""
+
+    def __init__(self, trainer: Learner) -> None:
+        self.trainer = trainer
+        self.cfg = cfg = trainer.cfg.pipeline
+        self.mode = cfg.mode
+        self.ahead = cfg.lag if cfg.mode == "off_policy" else cfg.max_staleness
+        self.key = jax.random.key(trainer.cfg.seed)  # step s draws from stream 2s: fold_in(key, 2s), as `Run.collect`
+        self.next_submit = 0  # the first step not submitted yet
+        self.kept: dict[int, Any] = {}  # off_policy: version -> params still playing in-flight episodes
+
+    @property
+    def engine(self):
+        return self.trainer.engine
+
+    def start(self, step: int) -> None:
+        """Begin at `step` (a fresh run's first step, or where a resume left off)."""
+        self.next_submit = max(self.next_submit, step)
+
+    def batch(self, step: int) -> list[Episode]:
+        """Step `step`'s episodes (submitting the steps up to `step + ahead` first), as soon as they have finished."""
+        t = self.trainer
+        last = min(step + self.ahead, t.cfg.steps - 1)
+        # submitted at version `step`: step + ahead, or at the start every step up to it (off_policy: max(0, s - K))
+        for s in range(self.next_submit, last + 1):
+            self.engine.submit(t.specs(s), self.key, stream=2 * s, max_turns=t.horizon(s), version=step)
+        self.next_submit = max(self.next_submit, last + 1)
+        ids = [e.episode_id for e in t.specs(step)]
+        self.engine.run(self.models(step), until=lambda: self.engine.finished(ids, stream=2 * step))
+        return self.engine.take(ids, stream=2 * step)
+
+    def extra(self, step: int, round: int) -> list[Episode]:
+        """Dynamic sampling's extra `round` of step `step`, played by the policy the step's others had (off_policy:
+        version max(0, step - K), still kept) or the learner's (async)."""
+        t = self.trainer
+        version = max(0, step - self.ahead) if self.mode == "off_policy" else step
+        specs = t.specs(step, round=round)
+        self.engine.submit(specs, self.key, stream=2 * step, max_turns=t.horizon(step), version=version)
+        ids = [e.episode_id for e in specs]
+        self.engine.run(self.models(step), until=lambda: self.engine.finished(ids, stream=2 * step))
+        return self.engine.take(ids, stream=2 * step)
+
+    def models(self, step: int) -> dict[int, Any]:
+        """The policies the engine plays with: the learner's (version `step`) and, off_policy, every kept one."""
+        s = self.trainer.state
+        out = {v: nnx.merge(s.graphdef, p, s.model_state) for v, p in self.kept.items()}
+        out[step] = s.model()
+        return out
+
+    def before_update(self, step: int) -> None:
+        """off_policy: keep version `step`'s params when in-flight or queued episodes still need them (the update
+        donates them), or dynamic sampling's extra rounds may, and drop the versions none needs."""
+        if self.mode != "off_policy":
+            return
+        used = self.engine.versions_in_use()
+        if self.trainer.cfg.rollout.dynamic_sampling:  # an extra round of step s is played by version s - K
+            used.add(max(0, step + 1 - self.ahead))
+        oldest = -process_max([-min(used, default=step + 1)])[0]  # every process keeps the same versions (lockstep)
+        self.kept = {v: p for v, p in self.kept.items() if v >= oldest}
+        if oldest <= step:
+            self.kept[step] = _copy(self.trainer.state.params)
+
+    def after_update(self, step: int) -> None:
+        """async: publish version `step + 1` to every queued and live episode."""
+        if self.mode == "async":
+            self.engine.publish(step + 1, stale_kv=self.cfg.stale_kv)
+
+    def drain(self, step: int) -> None:
+        """Play every submitted episode to its end (before an evaluation or a checkpoint); the learner is at
+        version `step`."""
+        self.engine.run(self.models(step))  # in lockstep, with every process (one that has nothing plays padding)
+        self.kept = {}
+
+    # -- checkpoints -------------------------------------------------------------------------------
+
+    def path(self, step: int) -> Path:
+        return Path(self.trainer.run_dir) / "pipeline" / f"step-{step}.process-{jax.process_index()}.pkl"
+
+    def save(self, step: int, keep: list[int]) -> None:
+        """After `drain`: the finished episodes of the steps ahead of checkpoint `step`, per process; files of
+        checkpoints not in `keep` are removed."""
+        pending = {s: self.engine.take(ids, stream=2 * s) for s, ids in self._pending_ids(step).items()}
+        for s, eps in pending.items():  # still the engine's until they are trained
+            self.engine.put_back(eps, stream=2 * s)
+        f = self.path(step)
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps({"step": step, "pending": pending}))
+        tmp.replace(f)
+        for old in f.parent.glob(f"step-*.process-{jax.process_index()}.pkl"):
+            if int(old.name.split(".")[0].split("-")[1]) not in keep + [step]:
+                old.unlink(missing_ok=True)
+
+    def restore(self, step: int) -> None:
+        """The pending episodes saved with checkpoint `step` back into the engine; submission goes on after them."""
+        f = self.path(step)
+        if not f.exists():
+            if step == 0:
+                return  # the warm start's checkpoint: nothing was submitted yet
+            raise FileNotFoundError(
+                f"{f} is missing: checkpoint {step} of a {self.mode} pipeline needs the episodes it had played ahead "
+                "(saved beside it); resume from a checkpoint that has them, or start the run again"
+            )
+        saved = pickle.loads(f.read_bytes())
+        for s, eps in saved["pending"].items():
+            self.engine.put_back(eps, stream=2 * s)
+        self.next_submit = max([step, *(s + 1 for s in saved["pending"])])
+
+    def _pending_ids(self, step: int) -> dict[int, list[int]]:
+        t = self.trainer
+        return {s: [e.episode_id for e in t.specs(s)] for s in range(step, self.next_submit)}
+
+
+def staleness(episodes: list[Episode], version: int) -> np.ndarray:
+    """Per trained action token: how many updates older than the learner (at `version`) its sampling policy is."""
+    v = [t.versions for e in episodes if e.fault is None for t in e.transitions if t.versions is not None]
+    return version - np.concatenate(v) if v else np.zeros(0, np.int32)

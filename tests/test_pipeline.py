@@ -1,0 +1,210 @@
+"""The pipeline (jgem/train/pipeline.py): off_policy lag K and async max-staleness N against sync, exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from jgem.config import ConfigError, PipelineConfig
+from jgem.models.config import LoraConfig
+from jgem.models.head import token_logprobs
+from jgem.registry import register
+from jgem.train.loop import Trainer
+from tests.rollout.envs import TalkEnv
+from tests.train_utils import small_config
+
+register("test:talk", TalkEnv, overwrite=True)  # 2-5 turns whatever is said; returns differ by seed (a gradient)
+
+
+def config(tmp_path, name: str, mode: str = "sync", k: int = 0, **overrides):
+    base = dict(
+        steps=4,
+        episodes_per_step=4,
+        checkpoint_every=100,
+        env={"env_id": "test:talk", "num_envs": 8},
+        pipeline=PipelineConfig(mode=mode, lag=k, max_staleness=k),
+    )
+    return small_config(str(tmp_path / name), **(base | overrides))
+
+
+class Recording(Trainer):
+    """A trainer that records what each step trained on: per episode, (id, action tokens, token versions)."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.trained: list[list[tuple]] = []
+
+    def learn(self, episodes, *, sft: bool = False):
+        if not sft:
+            self.trained.append([(e.episode_id, *_actions(e)) for e in episodes])
+        return super().learn(episodes, sft=sft)
+
+
+def _actions(e) -> tuple[list[int], list[int]]:
+    return [int(x) for t in e.transitions for x in t.action_ids], [int(x) for t in e.transitions for x in t.versions]
+
+
+def run(cfg) -> tuple[Recording, dict]:
+    tr = Recording(cfg)
+    return tr, tr.run()
+
+
+@pytest.fixture(scope="module")
+def sync_run(tmp_path_factory):
+    return run(config(tmp_path_factory.mktemp("sync"), "sync"))
+
+
+@pytest.mark.parametrize(("mode", "k"), [("off_policy", 0), ("async", 0)])
+def test_lag_and_staleness_zero_are_sync_bit_for_bit(tmp_path, sync_run, mode, k):
+    tr, summary = run(config(tmp_path, mode, mode, k))
+    assert tr.trained == sync_run[0].trained
+    assert summary["params_sha256"] == sync_run[1]["params_sha256"]
+
+
+def test_off_policy_step_s_trains_on_version_s_minus_k_exactly_whatever_the_slots(tmp_path, sync_run):
+    lag = 2
+    a, sa = run(config(tmp_path, "a", "off_policy", lag))
+    for step, batch in enumerate(a.trained):
+        assert {v for _, _, vs in batch for v in vs} == {max(0, step - lag)}, step
+    sync = sync_run[0].trained
+    assert _tokens(a.trained[0]) == _tokens(sync[0])  # step 0: version 0 either way
+    assert _tokens(a.trained[1]) != _tokens(sync[1])  # step 1: version 0's tokens, not version 1's
+    assert sa["params_sha256"] != sync_run[1]["params_sha256"]
+    lines = [x for x in _metrics(tmp_path / "a") if "pipeline/staleness_max" in x]
+    assert [x["pipeline/staleness_max"] for x in lines] == [0, 1, 2, 2]
+    # fewer slots than a step's episodes, on another backend: the same episodes and params
+    b, _ = run(
+        config(tmp_path, "b", "off_policy", lag, env={"env_id": "test:talk", "num_envs": 2, "backend": "thread"})
+    )
+    assert b.trained == a.trained
+    _allclose(b.state.params, a.state.params)
+
+
+def test_async_bounds_staleness_and_publishes_each_update(tmp_path):
+    tr, _ = run(config(tmp_path, "a", "async", 2, steps=5))
+    lines = [x for x in _metrics(tmp_path / "a") if "pipeline/staleness_max" in x]
+    assert max(x["pipeline/staleness_max"] for x in lines) <= 2
+    assert max(x["pipeline/staleness_max"] for x in lines) >= 1  # episodes ahead really play while the learner trains
+    for step, batch in enumerate(tr.trained):  # every trained token's version within [step - 2, step]
+        assert all(step - 2 <= v <= step for _, _, vs in batch for v in vs), step
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_after_a_publication_the_sampler_samples_the_new_policy(tmp_path, lora):
+    """Async, stale_kv=recompute: in a batch that mixes versions, each token's recorded log-prob is the learner's
+    under the params of the version that sampled it (and not under the other's): the sampler got each new policy,
+    adapters included (verl #7495 sampled from the initial adapter for months)."""
+    overrides = {"model": {"lora": LoraConfig(rank=4, alpha=8.0)}} if lora else {}
+    env = {"env_id": "test:talk", "num_envs": 4}  # step 1 starts in the slots step 0 frees: in flight at the update
+    cfg = config(tmp_path, "a", "async", 1, steps=3, env=env, **overrides)
+    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, stale_kv="recompute"))
+    tr = Trainer(cfg)
+    pipe = tr.pipeline
+    pipe.start(0)
+    versions = {0: _model(tr)}
+    tr.train_step(0)  # trains version 0's step 0 while step 1 plays on, then publishes version 1
+    versions[1] = _model(tr)
+    episodes = pipe.batch(1)
+    tr.close()
+    mixed = {int(v) for e in episodes for t in e.transitions for v in t.versions}
+    assert mixed == {0, 1}, mixed
+    checked = {0: 0, 1: 0}
+    for v, model in versions.items():
+        for e in episodes:
+            lp = _stream_logprobs(model, e.stream)
+            for t in e.transitions:
+                want = lp[t.prompt_len : t.prompt_len + t.action_ids.size]
+                mine = t.versions == v
+                np.testing.assert_allclose(t.action_logprobs[mine], want[mine], atol=2e-4)
+                checked[v] += int(mine.sum())
+    assert checked[0] and checked[1]
+    # the test has power: under the other version's params the log-probs differ
+    e = next(e for e in episodes if (np.concatenate([t.versions for t in e.transitions]) == 1).any())
+    lp = _stream_logprobs(versions[0], e.stream)
+    gaps = [
+        np.abs(t.action_logprobs - lp[t.prompt_len : t.prompt_len + t.action_ids.size])[t.versions == 1]
+        for t in e.transitions
+    ]
+    assert np.concatenate(gaps).max() > 1e-3
+
+
+def test_off_policy_resumes_exactly_from_a_checkpoint_with_episodes_in_flight(tmp_path, monkeypatch):
+    full, s_full = run(config(tmp_path, "full", "off_policy", 1, checkpoint_every=2))
+    cfg = config(tmp_path, "cut", "off_policy", 1, checkpoint_every=2)
+    real = Trainer.train_step
+
+    def dies_at_step_2(self, step):
+        if step == 2:
+            raise KeyboardInterrupt("killed")
+        return real(self, step)
+
+    monkeypatch.setattr(Trainer, "train_step", dies_at_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(cfg).run()
+    monkeypatch.setattr(Trainer, "train_step", real)
+    assert (tmp_path / "cut" / "pipeline" / "step-2.process-0.pkl").exists()
+    resumed, s_cut = run(cfg)
+    assert resumed.trained == full.trained[2:]  # step 2 trains on the version-1 episodes saved with checkpoint 2
+    assert s_cut["params_sha256"] == s_full["params_sha256"]
+
+
+def test_dynamic_sampling_runs_in_the_pipeline(tmp_path):
+    cfg = config(tmp_path, "a", "off_policy", 1, algorithm="grpo", group_size=2, steps=2)
+    cfg = dataclasses.replace(
+        cfg, rollout=dataclasses.replace(cfg.rollout, dynamic_sampling=True, max_resample_rounds=1)
+    )
+    tr, summary = run(cfg)
+    assert len(tr.trained) == 2 and summary["steps"] == 2
+    lines = [x for x in _metrics(tmp_path / "a") if "rollout/groups_dropped" in x]
+    assert len(lines) == 2
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "flag"),
+    [("mode", "fast", "pipeline.mode"), ("lag", -1, "pipeline.lag"), ("stale_kv", "drop", "pipeline.stale_kv")],
+)
+def test_bad_pipeline_settings_are_refused_naming_the_flag(tmp_path, field, value, flag):
+    cfg = config(tmp_path, "a")
+    cfg = dataclasses.replace(cfg, pipeline=dataclasses.replace(cfg.pipeline, **{field: value}))
+    with pytest.raises(ConfigError, match=flag):
+        Trainer(cfg)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _tokens(batch) -> list:
+    return [(i, toks) for i, toks, _ in batch]
+
+
+def _metrics(run_dir) -> list[dict]:
+    from jgem.metrics import read_jsonl
+
+    return read_jsonl(run_dir / "metrics.jsonl")
+
+
+def _allclose(a, b) -> None:
+    for x, y in zip(jax.tree.leaves(jax.device_get(a)), jax.tree.leaves(jax.device_get(b)), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-5)
+
+
+def _model(tr):
+    """The learner's policy now, as a copy (the next update donates the state)."""
+    graphdef, state = nnx.split(tr.state.model())
+    return graphdef, jax.tree.map(jnp.copy, state)
+
+
+_forward = jax.jit(lambda gd, st, t, p, s: token_logprobs(nnx.merge(gd, st), t, p, s)[0], static_argnums=0)
+
+
+def _stream_logprobs(model, stream: np.ndarray, length: int = 320) -> np.ndarray:
+    """log p(stream[i] | stream[:i]) under `model`, the learner's forward over the whole stream."""
+    t = np.zeros((1, length), np.int32)
+    t[0, : stream.size] = stream
+    seg = (np.arange(length) < stream.size).astype(np.int32)[None]
+    return np.asarray(_forward(model[0], model[1], t, np.arange(length, dtype=np.int32)[None], seg))[0]
