@@ -57,6 +57,7 @@ def base_parser(description: str, default_out: str) -> argparse.ArgumentParser:
         help=f"metric compared across variants (default: {METRIC}; e.g. rollout/success_rate when --eval-every 0)",
     )
     ap.add_argument("--dry-run", action="store_true", help="print each run's command and config, run nothing")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (at most the machine's cores; default 1)")
     return ap
 
 
@@ -119,23 +120,28 @@ def _get(cfg: Any, dotted: str) -> Any:
     return cfg
 
 
-def run_all(runs: Sequence[Run], preset: str, steps: int | None) -> list[Run]:
-    """Run each not-yet-finished run in turn; a failed run is reported and the sweep goes on. Returns the runs
-    that did not finish (non-zero exit, or no complete summary.json)."""
-    failed = []
-    for k, r in enumerate(runs):
+def run_all(runs: Sequence[Run], preset: str, steps: int | None, jobs: int = 1) -> list[Run]:
+    """Run each not-yet-finished run, `jobs` at a time; a failed run is reported and the sweep goes on. Returns the
+    runs that did not finish (non-zero exit, or no complete summary.json)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(k: int, r: Run) -> Run | None:
         if _finished(r.run_dir, steps):
             print(f"[{k + 1}/{len(runs)}] {r.variant} seed {r.seed}: done already ({r.run_dir})", flush=True)
-            continue
+            return None
         print(f"[{k + 1}/{len(runs)}] {r.variant} seed {r.seed} -> {r.run_dir}", flush=True)
         r.run_dir.mkdir(parents=True, exist_ok=True)
         with open(r.run_dir / "sweep.log", "a", encoding="utf-8") as log:
             rc = subprocess.call(r.command(preset), stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         if rc or not _finished(r.run_dir, steps):
             why = f"exit code {rc}" if rc else "no complete summary.json"
-            print(f"  FAILED ({why}); see {r.run_dir / 'sweep.log'}", flush=True)
-            failed.append(r)
-    return failed
+            print(f"  FAILED: {r.variant} seed {r.seed} ({why}); see {r.run_dir / 'sweep.log'}", flush=True)
+            return r
+        print(f"  done: {r.variant} seed {r.seed}", flush=True)
+        return None
+
+    with ThreadPoolExecutor(max(1, jobs)) as ex:
+        return [r for r in ex.map(one, range(len(runs)), runs) if r is not None]
 
 
 def _finished(run_dir: Path, steps: int | None) -> bool:
