@@ -96,10 +96,11 @@ class _Play:
     stream: int
     max_turns: int
     sampling: Sampling
+    key_id: int = 0  # equal keys, equal ids (`RolloutEngine._key_id`)
 
     @property
     def group(self) -> tuple[int, Sampling]:
-        return (id(self.key), self.sampling)
+        return (self.key_id, self.sampling)
 
 
 @dataclass
@@ -167,6 +168,7 @@ class RolloutEngine:
         self._finished: dict[tuple[int, int], Episode] = {}  # (stream, episode id) -> episode, until taken
         self._versions: dict[tuple[int, int], int] = {}  # (stream, episode id) -> version, while queued
         self._last_play: _Play | None = None
+        self._keys: list[np.ndarray] = []  # the distinct submitted keys' data (`_key_id`)
 
     @property
     def num_compilations(self) -> int:
@@ -220,7 +222,7 @@ class RolloutEngine:
         if len(set(ids)) != len(ids) or taken & set(ids):
             raise ValueError("submit: episode ids repeat; each spec needs its own episode_id (it keys the sampling)")
         sampling = self.cfg.sampling if greedy is None else dataclasses.replace(self.cfg.sampling, greedy=greedy)
-        self._last_play = play = _Play(key, stream, max_turns, sampling)
+        self._last_play = play = _Play(key, stream, max_turns, sampling, self._key_id(key))
         self._queue.extend((s, play) for s in specs)
         for s in specs:
             self._versions[(stream, s.episode_id)] = version
@@ -267,6 +269,17 @@ class RolloutEngine:
     def finished(self, episode_ids: Sequence[int], *, stream: int = -1) -> bool:
         """Whether every one of `episode_ids` (of `stream`) has finished (and waits for `take`)."""
         return all((stream, i) in self._finished for i in episode_ids)
+
+    def _key_id(self, key: jax.Array) -> int:
+        """A number per distinct key value among the engine's episodes (chunks group by it, not by the object)."""
+        if not self.busy:
+            self._keys = []
+        data = np.asarray(jax.random.key_data(key))
+        for i, k in enumerate(self._keys):
+            if np.array_equal(k, data):
+                return i
+        self._keys.append(data)
+        return len(self._keys) - 1
 
     def put_back(self, episodes: Sequence[Episode], *, stream: int = -1) -> None:
         """Finished episodes (of `stream`) handed to the engine again, to be taken later (a resumed pipeline's)."""

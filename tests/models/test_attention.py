@@ -140,10 +140,12 @@ def test_cudnn_call_equals_xla(monkeypatch):
 
     monkeypatch.setattr(jax.nn, "dot_product_attention", fake)
     (q, k_t, v), mask = MASKS["packed"]()
+    q, k_t, v = (x.astype(jnp.bfloat16) for x in (q, k_t, v))  # cuDNN takes 16-bit inputs only
     with target_platform("gpu"):
         out = attention(q, k_t, v, mask, "auto")
     assert calls == ["cudnn"]
-    np.testing.assert_allclose(out, A.xla_attention(q, k_t, v, mask), atol=2e-6)
+    want = A.xla_attention(q, k_t, v, mask)
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(want, np.float32), atol=1e-2)
 
 
 def test_auto_chooses_by_platform_and_shape():
