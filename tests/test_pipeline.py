@@ -153,15 +153,19 @@ def test_off_policy_resumes_exactly_from_a_checkpoint_with_episodes_in_flight(tm
     assert s_cut["params_sha256"] == s_full["params_sha256"]
 
 
-def test_dynamic_sampling_runs_in_the_pipeline(tmp_path):
-    cfg = config(tmp_path, "a", "off_policy", 1, algorithm="grpo", group_size=2, steps=2)
+def test_dynamic_sampling_runs_in_the_pipeline_across_drains(tmp_path):
+    """Extra rounds after a checkpoint's drain (which drops the kept older versions) play by the learner's policy."""
+    cfg = config(tmp_path, "a", "off_policy", 1, algorithm="grpo", group_size=2, steps=3, checkpoint_every=1)
     cfg = dataclasses.replace(
         cfg, rollout=dataclasses.replace(cfg.rollout, dynamic_sampling=True, max_resample_rounds=1)
     )
     tr, summary = run(cfg)
-    assert len(tr.trained) == 2 and summary["steps"] == 2
+    assert len(tr.trained) == 3 and summary["steps"] == 3
     lines = [x for x in _metrics(tmp_path / "a") if "rollout/groups_dropped" in x]
-    assert len(lines) == 2
+    assert len(lines) == 3 and sum(x["rollout/resample_rounds"] for x in lines) >= 1
+    # files older than the oldest committed checkpoint are gone (keep_checkpoints 3: steps 1-3 stay)
+    names = sorted(p.name for p in (tmp_path / "a" / "pipeline").iterdir())
+    assert names == [f"step-{s}.process-0.pkl" for s in (1, 2, 3)]
 
 
 @pytest.mark.parametrize(

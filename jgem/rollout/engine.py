@@ -195,8 +195,14 @@ class RolloutEngine:
         if self.pool.num_in_flight:
             raise ValueError("collect needs an idle pool; recv() the commands in flight first")
         self.stats = RolloutStats()
-        self.submit(specs, rng, max_turns=max_turns, greedy=greedy, version=version)
-        self.run({version: model})
+        try:
+            self.submit(specs, rng, max_turns=max_turns, greedy=greedy, version=version)
+            self.run({version: model})
+        except BaseException:  # an env or a prompt that cannot be played: the next collect starts afresh
+            self._queue.clear()
+            self._live = [None] * self.pool.num_envs
+            self._versions.clear()
+            raise
         return self.take([s.episode_id for s in specs])
 
     def submit(
@@ -208,11 +214,13 @@ class RolloutEngine:
         stream: int = -1,
         greedy: bool | None = None,
         version: int = 0,
+        front: bool = False,
     ) -> None:
         """Queue `specs` to be played by policy `version` (a key of the models `run` is given), their tokens drawn
         from `key` (`stream` k >= 0: from fold_in(key, k), so several steps' episodes, each with its step's stream,
         share the engine and the tokens stay those of a `collect` with fold_in(key, k)). Episode ids must be unique
-        among the engine's episodes (with streams, unique per stream: they key the draws)."""
+        among the engine's episodes (with streams, unique per stream: they key the draws). `front`: they start before
+        the episodes queued already."""
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         ids = [(stream, s.episode_id) for s in specs]
@@ -223,7 +231,10 @@ class RolloutEngine:
             raise ValueError("submit: episode ids repeat; each spec needs its own episode_id (it keys the sampling)")
         sampling = self.cfg.sampling if greedy is None else dataclasses.replace(self.cfg.sampling, greedy=greedy)
         self._last_play = play = _Play(key, stream, max_turns, sampling, self._key_id(key))
-        self._queue.extend((s, play) for s in specs)
+        if front:
+            self._queue.extendleft((s, play) for s in reversed(specs))
+        else:
+            self._queue.extend((s, play) for s in specs)
         for s in specs:
             self._versions[(stream, s.episode_id)] = version
 
@@ -239,8 +250,11 @@ class RolloutEngine:
             decoding = [i for i, x in enumerate(self._live) if x is not None and x.phase == "decode"]
             extending = [i for i, x in enumerate(self._live) if x is not None and x.phase == "extend"]
             wanted = until is None or not until()
-            # in lockstep, every process runs the round's programs when any process has work (its own rows or none)
-            live, work, wanted = self.slots.agree([live, bool(decoding or extending), wanted])
+            groups = self._by_version(decoding + extending)
+            lo, hi = min(groups, default=1 << 30), max(groups, default=-1)
+            # in lockstep, every process runs the round's programs when any process has work (its own rows or none),
+            # one chunk per version from the oldest to the newest any process has
+            live, work, wanted, neg_lo, hi = self.slots.agree([live, bool(decoding or extending), wanted, -lo, hi])
             if not live or not wanted:
                 if wanted and until is not None and not until():
                     raise RuntimeError("run: nothing is queued or live, but `until` does not hold")
@@ -249,7 +263,9 @@ class RolloutEngine:
                 self._receive(block=True)
                 self._start_free()
                 continue
-            for version, slots in self._by_version(decoding + extending).items():
+            if self.slots.lockstep:  # a process without rows of a version takes part with padding rows
+                groups = {v: groups.get(v, []) for v in range(-neg_lo, hi + 1)}
+            for version, slots in groups.items():
                 model, play = models[version], self._play_of(slots)
                 ext = [i for i in slots if self._live[i].phase == "extend"]
                 if ext or self.slots.lockstep:
@@ -318,15 +334,10 @@ class RolloutEngine:
         return redo
 
     def _by_version(self, slots: list[int]) -> dict[int, list[int]]:
-        """The slots grouped by the policy version they sample with: one chunk per version, oldest first. In
-        lockstep every process runs the same chunks: one per version from the oldest to the newest any process has
-        (a process without rows of a version takes part with padding rows)."""
+        """The slots grouped by the policy version they sample with: one chunk per version, oldest first."""
         groups: dict[int, list[int]] = {}
         for i in slots:
             groups.setdefault(self._live[i].version, []).append(i)
-        if self.slots.lockstep:
-            neg_lo, hi = self.slots.agree([-min(groups, default=1 << 30), max(groups, default=-1)])
-            return {v: groups.get(v, []) for v in range(-neg_lo, hi + 1)}
         return dict(sorted(groups.items()))
 
     def _play_of(self, slots: list[int]) -> _Play:

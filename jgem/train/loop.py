@@ -90,8 +90,10 @@ class Trainer(Learner):
                 logger.log(step + 1, metrics)
                 if saved:
                     if self.pipeline:
-                        self.pipeline.save(step + 1, ckpt.all_steps())
+                        self.pipeline.save(step + 1)
                     ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
+                    if self.pipeline:
+                        self.pipeline.prune(self.run_dir / "checkpoints")
             progress.stop()
             ckpt.wait()
             last_checkpoint = ckpt.latest_step()

@@ -21,9 +21,13 @@ the later steps' go on playing in the other slots and their envs keep stepping t
 
 A checkpoint or an evaluation first drains the pipeline (the in-flight episodes play to their end, with the
 policies they would have had); a checkpoint then stores the finished episodes of the steps ahead (a pickle per
-process beside the checkpoints, `pipeline/step-S.process-P.pkl`), so a resumed run trains on exactly the episodes
-the interrupted one would have. In off_policy mode resume is exact; in async mode the drain only fixes the timing
-of what was in flight at the checkpoint.
+process beside the checkpoints, `pipeline/step-S.process-P.pkl`, removed once no committed checkpoint is older), so
+a resumed run trains on exactly the episodes the interrupted one would have. In off_policy mode resume is exact; in
+async mode the drain only fixes the timing of what was in flight at the checkpoint. A resume that raises `steps`
+submits the steps past the old end at the learner's version (they were never played ahead).
+
+Dynamic sampling's extra rounds are played by the learner's policy in every mode (deterministic: an off_policy
+step's older version may be gone after a drain or a resume), ahead of the queued steps.
 """
 
 from __future__ import annotations
@@ -80,12 +84,11 @@ class Pipeline:
         return self.engine.take(ids, stream=2 * step)
 
     def extra(self, step: int, round: int) -> list[Episode]:
-        """Dynamic sampling's extra `round` of step `step`, played by the policy the step's others had (off_policy:
-        version max(0, step - K), still kept) or the learner's (async)."""
+        """Dynamic sampling's extra `round` of step `step`, played by the learner's policy (version `step`, in every
+        mode: an older one may be gone after a drain or a resume), ahead of the steps already queued."""
         t = self.trainer
-        version = max(0, step - self.ahead) if self.mode == "off_policy" else step
         specs = t.specs(step, round=round)
-        self.engine.submit(specs, self.key, stream=2 * step, max_turns=t.horizon(step), version=version)
+        self.engine.submit(specs, self.key, stream=2 * step, max_turns=t.horizon(step), version=step, front=True)
         ids = [e.episode_id for e in specs]
         self.engine.run(self.models(step), until=lambda: self.engine.finished(ids, stream=2 * step))
         return self.engine.take(ids, stream=2 * step)
@@ -99,12 +102,10 @@ class Pipeline:
 
     def before_update(self, step: int) -> None:
         """off_policy: keep version `step`'s params when in-flight or queued episodes still need them (the update
-        donates them), or dynamic sampling's extra rounds may, and drop the versions none needs."""
+        donates them), and drop the versions none needs."""
         if self.mode != "off_policy":
             return
         used = self.engine.versions_in_use()
-        if self.trainer.cfg.rollout.dynamic_sampling:  # an extra round of step s is played by version s - K
-            used.add(max(0, step + 1 - self.ahead))
         oldest = -process_max([-min(used, default=step + 1)])[0]  # every process keeps the same versions (lockstep)
         self.kept = {v: p for v, p in self.kept.items() if v >= oldest}
         if oldest <= step:
@@ -126,9 +127,9 @@ class Pipeline:
     def path(self, step: int) -> Path:
         return Path(self.trainer.run_dir) / "pipeline" / f"step-{step}.process-{jax.process_index()}.pkl"
 
-    def save(self, step: int, keep: list[int]) -> None:
-        """After `drain`: the finished episodes of the steps ahead of checkpoint `step`, per process; files of
-        checkpoints not in `keep` are removed."""
+    def save(self, step: int) -> None:
+        """After `drain`, before checkpoint `step` is saved: the finished episodes of the steps ahead of it, per
+        process (written whole, then renamed)."""
         pending = {s: self.engine.take(ids, stream=2 * s) for s, ids in self._pending_ids(step).items()}
         for s, eps in pending.items():  # still the engine's until they are trained
             self.engine.put_back(eps, stream=2 * s)
@@ -137,19 +138,25 @@ class Pipeline:
         tmp = f.with_suffix(".tmp")
         tmp.write_bytes(pickle.dumps({"step": step, "pending": pending}))
         tmp.replace(f)
-        for old in f.parent.glob(f"step-*.process-{jax.process_index()}.pkl"):
-            if int(old.name.split(".")[0].split("-")[1]) not in keep + [step]:
+
+    def prune(self, checkpoints: Path) -> None:
+        """Remove the files of steps before the oldest checkpoint committed in `checkpoints` (no resume can use
+        them; a checkpoint still being written keeps the files of those before it)."""
+        committed = [int(p.name) for p in Path(checkpoints).iterdir() if p.name.isdigit()]
+        for old in self.path(0).parent.glob(f"step-*.process-{jax.process_index()}.pkl"):
+            if committed and int(old.name.split(".")[0].split("-")[1]) < min(committed):
                 old.unlink(missing_ok=True)
 
     def restore(self, step: int) -> None:
         """The pending episodes saved with checkpoint `step` back into the engine; submission goes on after them."""
         f = self.path(step)
-        if not f.exists():
-            if step == 0:
-                return  # the warm start's checkpoint: nothing was submitted yet
+        if step == 0 and not process_max([f.exists()])[0]:
+            return  # the warm start's checkpoint: nothing was submitted yet
+        if process_max([not f.exists()])[0]:  # on every process together (they run in lockstep)
             raise FileNotFoundError(
-                f"{f} is missing: checkpoint {step} of a {self.mode} pipeline needs the episodes it had played ahead "
-                "(saved beside it); resume from a checkpoint that has them, or start the run again"
+                f"{f} (or another process's) is missing: checkpoint {step} of a {self.mode} pipeline needs the "
+                "episodes it had played ahead (saved beside it); resume from a checkpoint that has them, or start the "
+                "run again"
             )
         saved = pickle.loads(f.read_bytes())
         for s, eps in saved["pending"].items():
