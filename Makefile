@@ -2,14 +2,20 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+BASE := $(VENV)/.base
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test bench lint fmt clean libtpu chromium
 
-$(STAMP): pyproject.toml
+# The demo needs jgem alone (BASE); tests, lint and the benchmarks add the extras (STAMP).
+$(BASE): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	@touch $(BASE)
+
+$(STAMP): $(BASE)
 	$(BIN)/python -m pip install -q -e ".[dev,parity,tools,agentgym,wandb,web]"
 	@touch $(STAMP)
 
@@ -39,7 +45,7 @@ $(VENV)/.bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[bench]"
 	@touch $@
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(BIN)/python -m experiments.demo
 
 chromium:

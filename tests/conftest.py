@@ -24,3 +24,12 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Slow and multi-process tests first: xdist hands out tests in this order, so the long ones overlap with the
+    many short ones instead of leaving one worker busy at the end while the other waits (stable: each group keeps
+    its collection order, the same on every worker)."""
+    items.sort(
+        key=lambda item: item.get_closest_marker("slow") is None and item.get_closest_marker("multiprocess") is None
+    )

@@ -58,6 +58,7 @@ def test_only_the_adapters_train_and_hold_optimizer_state(tmp_path):
         assert not np.array_equal(var[...], dict(nnx.to_flat_state(adapters))[path][...]), path
 
 
+@pytest.mark.slow
 def test_ppo_with_lora_trains_the_critics_adapters_and_value_head(tmp_path):
     tr = Trainer(small_config(str(tmp_path), algorithm="ppo", steps=1, model={"lora": LORA}))
     names = {".".join(map(str, p)) for p, _ in nnx.to_flat_state(tr.state.critic_params)}
@@ -192,6 +193,7 @@ def _rope_theta(config: dict) -> float:
     return float((config.get("rope_parameters") or {}).get("rope_theta", config.get("rope_theta")))
 
 
+@pytest.mark.slow
 @pytest.mark.parity
 def test_a_run_from_a_tiny_hf_checkpoint_exports_its_architecture_and_trained_logits(tmp_path):
     """A random Qwen3 written by transformers (with the shipped tokenizer) trains one step through the trainer

@@ -94,6 +94,7 @@ def test_async_bounds_staleness_and_publishes_each_update(tmp_path):
         assert all(step - 2 <= v <= step for _, _, vs in batch for v in vs), step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [False, True])
 def test_after_a_publication_the_sampler_samples_the_new_policy(tmp_path, lora):
     """Async, stale_kv=recompute: in a batch that mixes versions, each token's recorded log-prob is the learner's

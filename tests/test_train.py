@@ -227,51 +227,6 @@ def test_a_moved_run_dir_resumes(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path):
-    """2 processes x 2 devices, each with 4 envs and 4 episodes a step, sampling in lockstep on the sharded params,
-    against 1 process x 4 devices with 8 envs and 8 episodes: the same episodes (ids and seeds are global, the
-    warm start's teacher games too), the same global batch, the same params after a warm-start step and 3 RL steps
-    (up to the order of float sums). Both run the off_policy pipeline with lag 1 (step 2's episodes play by version
-    1 while step 1's still play by version 0: two versions' chunks a round, in lockstep); sync over 2 processes is
-    the SIGKILL test's below."""
-    warm = {"warm_start": {"steps": 1, "episodes_per_step": 2}}  # 2 teacher games a process, 4 in one process
-    warm["pipeline"] = {"mode": "off_policy", "lag": 1}
-    port = free_port()
-    procs = [
-        _run(
-            {**warm, "run_dir": str(tmp_path / "run"), "steps": 3, "param_probe": 1},
-            env={
-                "JGEM_COORDINATOR": f"127.0.0.1:{port}",
-                "JGEM_NUM_PROCESSES": "2",
-                "JGEM_PROCESS_ID": str(i),
-                "XLA_FLAGS": xla_flags(2),
-            },
-        )
-        for i in range(2)
-    ]
-    try:
-        summaries = [_summary(p, timeout=900) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert summaries[0]["params_sha256"] == summaries[1]["params_sha256"]
-    rows = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "train/loss" in r]
-    assert [r["step"] for r in rows] == [1, 2, 3] and all(math.isfinite(r["train/loss"]) for r in rows)
-    assert [r["pipeline/staleness_max"] for r in rows] == [0, 1, 1]
-    one = {"run_dir": str(tmp_path / "one"), "steps": 3, "episodes_per_step": 8, "env": {"num_envs": 8}}
-    one["warm_start"] = {"steps": 1, "episodes_per_step": 4}
-    one["pipeline"] = warm["pipeline"]
-    ref = _summary(_run({**one, "param_probe": 1}, env={"XLA_FLAGS": xla_flags(4)}))
-    ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
-    for a, b in zip(rows, ref_rows):  # rollout figures are the global batch's, computed on process 0's episodes
-        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
-    for a, b in zip(summaries[0]["param_probe"], ref["param_probe"]):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-
-
 def _two_processes(args: dict, devices: int = 1) -> list[subprocess.Popen]:
     """The run `args` as 2 JAX processes of `devices` CPU devices each on localhost (what
     experiments/tpu_pod/local_multiprocess.sh starts, with its default of one device a process); they share the
@@ -292,27 +247,66 @@ def _summaries(procs: list[subprocess.Popen], timeout: float = 900) -> list[dict
                 p.wait()
 
 
+# The two 2-process tests below share one straight run (a module fixture; the xdist group keeps both tests, and
+# so the fixture, on one worker): 2 processes x 2 devices, each with 4 envs and 2 of the warm start's teacher games,
+# the off_policy pipeline with lag 1 (step 2's episodes play by version 1 while step 1's still play by version 0:
+# two versions' chunks a round, in lockstep), a checkpoint after the warm start (step 0) and after every RL step.
+TWO_PROCESSES = {
+    "steps": 3,
+    "checkpoint_every": 1,
+    "keep_checkpoints": 9,
+    "warm_start": {"steps": 1, "episodes_per_step": 2},
+    "pipeline": {"mode": "off_policy", "lag": 1},
+    "param_probe": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory) -> tuple[Path, list[dict]]:
+    run_dir = tmp_path_factory.mktemp("two-processes") / "run"
+    return run_dir, _summaries(_two_processes({**TWO_PROCESSES, "run_dir": str(run_dir)}, devices=2))
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tmp_path):
+@pytest.mark.xdist_group("two-process-train")
+def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path, two_process_run):
+    """2 processes x 2 devices against 1 process x 4 devices with 8 envs, 8 episodes a step and 4 teacher games:
+    the same episodes (ids and seeds are global, the warm start's teacher games too), the same global batch, the
+    same params after a warm-start step and 3 RL steps in the off_policy pipeline (up to the order of float sums)."""
+    run_dir, summaries = two_process_run
+    assert summaries[0]["params_sha256"] == summaries[1]["params_sha256"]
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(math.isfinite(r["train/loss"]) for r in rows)
+    assert [r["pipeline/staleness_max"] for r in rows] == [0, 1, 1]
+    one = {**TWO_PROCESSES, "run_dir": str(tmp_path / "one"), "episodes_per_step": 8, "env": {"num_envs": 8}}
+    one["warm_start"] = {"steps": 1, "episodes_per_step": 4}
+    ref = _summary(_run(one, env={"XLA_FLAGS": xla_flags(4)}))
+    ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
+    for a, b in zip(rows, ref_rows, strict=True):  # rollout figures are the global batch's, on process 0's episodes
+        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
+    for a, b in zip(summaries[0]["param_probe"], ref["param_probe"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.xdist_group("two-process-train")
+def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tmp_path, two_process_run):
     """Issue 31: on several processes the first checkpoint after a warm start crashed in orbax ("the input arrays
     must have one shard each"): the warm start's fresh optimizer state was placed with `jax.device_put`, which gives
-    arrays orbax cannot save across processes. Here 2 processes warm-start, checkpoint after it (step 0) and after
-    each RL step; both are killed just after a checkpoint and the resumed run ends bit-identical to a straight one."""
-    args = {
-        "steps": 2,
-        "checkpoint_every": 1,
-        "keep_checkpoints": 9,
-        "warm_start": {"steps": 1, "episodes_per_step": 4},
-    }
-    straight = _summaries(_two_processes({**args, "run_dir": str(tmp_path / "a")}))
+    arrays orbax cannot save across processes. Here the 2 processes of the shared run are killed just after a
+    checkpoint (the warm start's or an RL step's, with the pipeline's episodes of the next step in flight and saved
+    per process) and the resumed run ends bit-identical to the straight one."""
+    straight_dir, straight = two_process_run
     assert straight[0]["params_sha256"] == straight[1]["params_sha256"]
-    assert (tmp_path / "a" / "checkpoints" / "0").is_dir(), "the warm start's checkpoint"
+    assert (straight_dir / "checkpoints" / "0").is_dir(), "the warm start's checkpoint"
 
     run_b = tmp_path / "b"
-    procs = _two_processes({**args, "run_dir": str(run_b)})
+    args = {**TWO_PROCESSES, "run_dir": str(run_b)}
+    procs = _two_processes(args, devices=2)
     ckpts = run_b / "checkpoints"
-    target = random.randint(0, 1)  # the warm start's checkpoint, or the first RL step's
+    target = random.randint(0, 2)  # the warm start's checkpoint, or an RL step's before the last
     deadline = time.time() + 900
     try:
         while not (ckpts.is_dir() and any(c.name.isdigit() and int(c.name) >= target for c in ckpts.iterdir())):
@@ -326,12 +320,12 @@ def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tm
     killed_at = max(int(c.name) for c in ckpts.iterdir() if c.name.isdigit())
     assert all(p.returncode == -signal.SIGKILL for p in procs), logs[0][-3000:]
     assert killed_at < args["steps"] and not (run_b / "summary.json").exists(), "the run ended before the kill"
-    resumed = _summaries(_two_processes({**args, "run_dir": str(run_b)}))
+    resumed = _summaries(_two_processes(args, devices=2))
     assert resumed[0]["params_sha256"] == straight[0]["params_sha256"], (
         f"killed after checkpoint {killed_at} ({target=})"
     )
     rows = [r for r in read_jsonl(run_b / "metrics.jsonl") if "train/loss" in r]
-    assert [r["step"] for r in rows] == [1, 2]
+    assert [r["step"] for r in rows] == [1, 2, 3]
 
 
 def test_evaluation_plays_to_the_env_limit_whatever_the_curriculum(tmp_path, monkeypatch):

@@ -43,6 +43,7 @@ def test_jgem_serve_prints_the_url_it_listens_on() -> None:
         proc.wait(10)
 
 
+@pytest.mark.slow
 def test_a_run_reaches_the_server_with_the_token_from_a_file(start_server, tmp_path) -> None:
     from jgem.metrics import read_jsonl
     from jgem.train import Trainer

@@ -243,6 +243,7 @@ def test_no_correction_by_default():
         correct(*_inputs(0, 0.1)[:2], LearnerConfig())
 
 
+@pytest.mark.slow
 def test_tis_cap_is_the_tis_entry_and_updates_as_the_former_formula_bit_for_bit(model_and_batch):
     """`--learner.tis-cap C` predates the registry: it resolves to `--learner.correction tis
     --learner.correction-high C`, and its update is exactly the former one (the weights min(exp(lp0 - sampler), C)

@@ -137,6 +137,7 @@ def test_response_ids_split_runs_at_segment_boundaries():
     assert ids[0, 2] != ids[0, 3] and ids[1, 1] != ids[1, 2]  # the runs that touch across a segment boundary
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["gspo", "cispo"])
 def test_trainer_gspo_cispo_loss_equals_numpy(tmp_path, algorithm):
     lo, hi = 0.08, 0.12

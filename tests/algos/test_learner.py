@@ -244,6 +244,7 @@ def _on_policy(model, batch):
     return np.asarray(logp, np.float64)
 
 
+@pytest.mark.slow
 def test_update_logs_the_sampler_learner_mismatch_on_action_tokens():
     model = tiny_model()
     batch = make_batch(model, critic=False)
@@ -292,6 +293,7 @@ def test_truncated_importance_weight_on_the_sampler_learner_ratio(policy_loss):
     np.testing.assert_allclose(float(m["loss"]), plain[mask].mean(), rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", [0, 4], ids=["full", "lora"])
 def test_remat_updates_as_without_it_with_a_frozen_base_and_tis(rank):
     """Remat ran as `nnx.remat`, which writes back the Variables of the block it wraps and raised TraceContextError
@@ -308,6 +310,7 @@ def test_remat_updates_as_without_it_with_a_frozen_base_and_tis(rank):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("with_critic", [False, True])
 def test_bfloat16_params_train_in_their_dtype(with_critic):
     # the Qwen presets could set bf16 params: the accumulated gradients are float32 (divided by the token count)

@@ -219,6 +219,7 @@ def _tokens(eps):
     return [[t.action_ids.tolist() for t in e.transitions] for e in eps]
 
 
+@pytest.mark.slow
 def test_same_episodes_whatever_the_slots_backend_and_timing(setup):
     """Tokens depend on (run key, episode, turn, index) only: not on the number of slots, the pool's backend, or
     the order in which envs answer."""
@@ -236,6 +237,7 @@ def test_same_episodes_whatever_the_slots_backend_and_timing(setup):
     assert _tokens(other) != _tokens(ref)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [dict(data=2, fsdp=2), dict(fsdp=2, tensor=2)])
 def test_slots_sharded_over_a_mesh_give_the_same_episodes(setup, shape):
     """Slots sharded over the mesh's batch axes, params sharded by the rules: programs gather rows shard by shard

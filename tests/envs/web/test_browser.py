@@ -260,14 +260,25 @@ def test_one_session_from_several_threads(session: BrowserSession, origin: str) 
 # -- faults: dead, hung and closed browsers ---------------------------------------------------------
 
 
+def _name(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.NoSuchProcess:
+        return "(exited)"
+
+
 def test_start_and_close_leave_no_process(origin: str) -> None:
     s = BrowserSession(timeout_s=10.0)
     assert s.pids == []  # starts lazily
     s.start()
     pids = s.pids
-    assert len(pids) >= 2 and all(psutil.Process(p).name().startswith("chrom") for p in pids)
-    s.start()  # idempotent
-    assert s.pids == pids
+    # the browser and its renderer/zygote/utility processes; Chromium also runs short-lived helpers of its own at
+    # start (under load one was still alive here: the test asserted every pid was named chrom*), which are its
+    # descendants too and die with it below
+    names = [_name(p) for p in pids]
+    assert sum(n.startswith("chrom") for n in names) >= 2, names
+    s.start()  # idempotent: the same browser (a start-up helper may have exited meanwhile)
+    assert s.pids and set(s.pids) <= set(pids)
     s.close()
     s.close()  # idempotent
     assert s.pids == []
