@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from experiments.ablations import common, compare_algorithms, gamma_sweep
+from tests.multiprocess import xla_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 POD = ROOT / "experiments" / "tpu_pod"
@@ -254,7 +255,9 @@ def test_a_custom_env_trains_from_the_cli_with_import(tmp_path):
     cmd = [sys.executable, "-m", "experiments.train", "tiny", "--env.env-id", "test-custom:TinyGuess-v0"]
     cmd += ["--steps", "1", "--episodes-per-step", "4", "--env.num-envs", "4", "--env.backend", "process"]
     cmd += ["--warm-start.steps", "0", "--eval-every", "0", "--no-plot", "--no-console", "--run-dir", str(run)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu"}
+    # one CPU device, not the session's 8: the mesh is not what this test is about, and 8 devices compile 8-way programs
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
+    env.pop("JAX_NUM_CPU_DEVICES", None)
     refused = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0 and "unknown env id 'test-custom:TinyGuess-v0'" in refused.stderr
     done = subprocess.run([*cmd, "--import", "tests.custom_envs"], cwd=ROOT, env=env, capture_output=True, text=True)

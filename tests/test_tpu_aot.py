@@ -43,12 +43,20 @@ def aot(tmp_path, *args: str) -> list[dict]:
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> list[dict]:
+    """One run of the tool for both tests below (libtpu's start-up once): ReBN's, PPO's and GRPO's updates with an
+    off-policy correction (decoupled PPO: the proximal policy's forward and the correction compile into the step),
+    and the rollout's extend and decode."""
+    argv = ("--slots", "8", "--learner.correction", "decoupled", "--algorithm", "rebn", "ppo", "grpo")
+    return aot(tmp_path_factory.mktemp("aot"), *argv)
+
+
 @pytest.mark.slow
 @needs_libtpu
-def test_tiny_update_and_rollout_compile_for_v5e_2x2(tmp_path):
-    # the update with an off-policy correction (decoupled PPO): the proximal policy's forward and the correction
-    # compile into the step (the next test compiles steps without one)
-    res = {r["program"]: r for r in aot(tmp_path, "--slots", "8", "--learner.correction", "decoupled")}
+@pytest.mark.xdist_group("tpu-aot")
+def test_tiny_update_and_rollout_compile_for_v5e_2x2(compiled):
+    res = {r["program"]: r for r in compiled if r["algorithm"] in ("rebn", None)}
     assert set(res) == {"update", "extend", "decode"}
     for r in res.values():
         assert r["fits"] and 0 < r["total_gib"] < r["hbm_gib"] == 16
@@ -85,10 +93,11 @@ def test_tiny_update_and_rollout_compile_for_v5e_2x2(tmp_path):
 
 @pytest.mark.slow
 @needs_libtpu
-def test_step_compiles_per_algorithm_with_ppo_carrying_a_critic(tmp_path):
-    rows = aot(tmp_path, "--programs", "update", "--algorithm", "ppo", "grpo")
+@pytest.mark.xdist_group("tpu-aot")
+def test_step_compiles_per_algorithm_with_ppo_carrying_a_critic(compiled):
+    rows = [r for r in compiled if r["program"] == "update"]
     res = {r["algorithm"]: r for r in rows}
-    assert len(rows) == 2 and set(res) == {"ppo", "grpo"}
+    assert len(rows) == 3 and set(res) == {"rebn", "ppo", "grpo"}
     for name, r in res.items():
         assert r["program"] == "update" and r["fits"] and 0 < r["total_gib"] < r["hbm_gib"] == 16, name
     ppo, grpo = res["ppo"], res["grpo"]

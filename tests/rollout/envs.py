@@ -43,3 +43,16 @@ class TalkEnv(Env):
         done = self.turn >= self.turns
         obs = f"Turn {self.turn}: you said {len(action)} characters; {self.np_random.integers(100)} is next."
         return obs, 0.1 * self.turn, done, False, {"success": done} if done else {}
+
+
+class StopEnv(Env):
+    """One turn, reward 1 for any answer: an action cut at the token limit reaches the env as the empty invalid
+    action and scores 0, so the policy learns to end its answer (an untrained model rarely samples the end token:
+    a learning signal a tiny model climbs in a few dozen updates)."""
+
+    def reset(self, seed: int | None = None):
+        super().reset(seed)
+        return f"Answer anything, briefly. Seed {seed}.", {}
+
+    def step(self, action: str):
+        return "ok", float(bool(action)), True, False, {"success": bool(action)}
