@@ -38,3 +38,19 @@ def test_the_import_contracts_hold() -> None:
     code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True, no_logo=True))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+def test_a_run_on_the_shipped_tokenizer_imports_no_pytorch() -> None:
+    """The trainer and the shipped tokenizer: `AutoTokenizer` pulls transformers' model configs and with them PyTorch
+    where it is installed (the parity extra), about 5 s of every training process's start-up; a tokenizer whose config
+    names the generic fast class loads without it."""
+    pytest.importorskip("torch", reason="only meaningful where PyTorch is installed (the parity extra)")
+    code = (
+        "import sys, jgem.train\n"
+        "from jgem.models.tokenizer import load_tokenizer\n"
+        "tok = load_tokenizer()\n"
+        "print(type(tok).__name__, 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-1] == "False", out.stdout

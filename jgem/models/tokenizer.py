@@ -31,12 +31,13 @@ tool-call format's results arrive as `tool` / `ipython` messages (jgem/envs/tool
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 TINY_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tiny_tokenizer"
 
@@ -61,6 +62,17 @@ def load_tokenizer(path: str | Path | None = None) -> PreTrainedTokenizerBase:
         )
     if not (directory / "tokenizer.json").exists():
         raise FileNotFoundError(f"{directory} has no tokenizer.json; jgem needs a fast (tokenizers) tokenizer")
+    # A directory whose config names the generic fast class (the shipped tokenizer, Llama 3's) loads as AutoTokenizer
+    # would load it, without importing AutoTokenizer: that import pulls in transformers' model configs and with them
+    # PyTorch where it is installed (about 5 s of every process's start-up).
+    config = directory / "tokenizer_config.json"
+    cls = json.loads(config.read_text()).get("tokenizer_class") if config.exists() else None
+    if cls in ("PreTrainedTokenizerFast", "TokenizersBackend"):
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(str(directory), local_files_only=True)
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 
 
