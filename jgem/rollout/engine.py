@@ -163,10 +163,8 @@ class RolloutEngine:
                 "devices on the mesh's batch axes"
             )
         self.stats = RolloutStats()
-        self._queue: deque[tuple[EpisodeSpec, _Play]] = deque()
-        self._live: list[_Live | None] = [None] * pool.num_envs
         self._finished: dict[tuple[int, int], Episode] = {}  # (stream, episode id) -> episode, until taken
-        self._versions: dict[tuple[int, int], int] = {}  # (stream, episode id) -> version, while queued
+        self._drop_work()
         self._last_play: _Play | None = None
         self._keys: list[np.ndarray] = []  # the distinct submitted keys' data (`_key_id`)
 
@@ -199,9 +197,7 @@ class RolloutEngine:
             self.submit(specs, rng, max_turns=max_turns, greedy=greedy, version=version)
             self.run({version: model})
         except BaseException:  # an env or a prompt that cannot be played: the next collect starts afresh
-            self._queue.clear()
-            self._live = [None] * self.pool.num_envs
-            self._versions.clear()
+            self._drop_work()
             raise
         return self.take([s.episode_id for s in specs])
 
@@ -332,6 +328,12 @@ class RolloutEngine:
                     x.phase = "extend"
         self.stats.recomputed_tokens += redo
         return redo
+
+    def _drop_work(self) -> None:
+        """No episode queued or live (finished ones stay until taken)."""
+        self._queue: deque[tuple[EpisodeSpec, _Play]] = deque()
+        self._live: list[_Live | None] = [None] * self.pool.num_envs
+        self._versions: dict[tuple[int, int], int] = {}  # (stream, episode id) -> version, while queued
 
     def _by_version(self, slots: list[int]) -> dict[int, list[int]]:
         """The slots grouped by the policy version they sample with: one chunk per version, oldest first."""
