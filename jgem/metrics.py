@@ -68,9 +68,31 @@ class JsonlWriter:
         self._file = self.path.open("a", encoding="utf-8")
 
 
+def import_summary_writer() -> type:
+    """tensorboardX's `SummaryWriter`, imported without PyTorch.
+
+    tensorboardX's writer module imports PyTorch where it is installed (the parity extra), only to accept torch
+    tensors as values; that import costs 4-8 s of every training process's start-up, and jgem writes Python floats.
+    So unless PyTorch is loaded already, `import torch` fails for the length of this import (tensorboardX guards it
+    and falls back to numpy)."""
+    import sys
+
+    if "torch" in sys.modules or "tensorboardX" in sys.modules:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError while set
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        if sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
+    return SummaryWriter
+
+
 class TensorBoardWriter:
     def __init__(self, logdir: str | Path, purge_step: int | None = None) -> None:
-        from tensorboardX import SummaryWriter  # imported lazily: a heavy import
+        SummaryWriter = import_summary_writer()  # imported lazily: a heavy import
 
         self.logdir = logdir
         self._writer = SummaryWriter(logdir=str(logdir), purge_step=purge_step)

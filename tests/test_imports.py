@@ -40,17 +40,24 @@ def test_the_import_contracts_hold() -> None:
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
 
 
-def test_a_run_on_the_shipped_tokenizer_imports_no_pytorch() -> None:
-    """The trainer and the shipped tokenizer: `AutoTokenizer` pulls transformers' model configs and with them PyTorch
-    where it is installed (the parity extra), about 5 s of every training process's start-up; a tokenizer whose config
-    names the generic fast class loads without it."""
+def test_a_run_on_the_shipped_tokenizer_imports_no_pytorch(tmp_path) -> None:
+    """The trainer, the shipped tokenizer and the TensorBoard writer load without PyTorch where it is installed (the
+    parity extra): `AutoTokenizer` pulls transformers' model configs and with them PyTorch, and tensorboardX's writer
+    imports it to accept torch tensors; each costs about 5 s of every training process's start-up. A tokenizer whose
+    config names the generic fast class loads without it, and jgem.metrics imports tensorboardX without it."""
     pytest.importorskip("torch", reason="only meaningful where PyTorch is installed (the parity extra)")
     code = (
         "import sys, jgem.train\n"
         "from jgem.models.tokenizer import load_tokenizer\n"
+        "from jgem.metrics import MetricsLogger\n"
         "tok = load_tokenizer()\n"
-        "print(type(tok).__name__, 'torch' in sys.modules)"
+        f"log = MetricsLogger({str(tmp_path)!r}, console=False)\n"
+        "log.log(0, {'loss': 1.5}); log.close()\n"
+        "print(type(tok).__name__, 'torch' in sys.modules)\n"
+        "import torch  # and a user's own `import torch` still works afterwards\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-1] == "False", out.stdout
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*")), "no TensorBoard event file written"
+
