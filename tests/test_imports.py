@@ -60,4 +60,3 @@ def test_a_run_on_the_shipped_tokenizer_imports_no_pytorch(tmp_path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-1] == "False", out.stdout
     assert list((tmp_path / "tb").glob("events.out.tfevents.*")), "no TensorBoard event file written"
-
