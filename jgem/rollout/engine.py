@@ -196,7 +196,11 @@ class RolloutEngine:
         try:
             self.submit(specs, rng, max_turns=max_turns, greedy=greedy, version=version)
             self.run({version: model})
-        except BaseException:  # an env or a prompt that cannot be played: the next collect starts afresh
+        except Exception:  # an env or a prompt that cannot be played: the next collect starts afresh
+            self._drop_work()
+            self._discard_in_flight()
+            raise
+        except BaseException:  # an interrupt: the episodes are dropped, the env commands in flight left alone
             self._drop_work()
             raise
         return self.take([s.episode_id for s in specs])
@@ -334,6 +338,11 @@ class RolloutEngine:
         self._queue: deque[tuple[EpisodeSpec, _Play]] = deque()
         self._live: list[_Live | None] = [None] * self.pool.num_envs
         self._versions: dict[tuple[int, int], int] = {}  # (stream, episode id) -> version, while queued
+
+    def _discard_in_flight(self) -> None:
+        """Wait for the env commands in flight (the pool's timeouts bound each) and drop their results."""
+        while self.pool.num_in_flight:
+            self.pool.recv(timeout=None)
 
     def _by_version(self, slots: list[int]) -> dict[int, list[int]]:
         """The slots grouped by the policy version they sample with: one chunk per version, oldest first."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from jgem.core import Env
 from jgem.envs.games.guess_the_number import GuessTheNumberEnv
 
@@ -43,6 +45,19 @@ class TalkEnv(Env):
         done = self.turn >= self.turns
         obs = f"Turn {self.turn}: you said {len(action)} characters; {self.np_random.integers(100)} is next."
         return obs, 0.1 * self.turn, done, False, {"success": done} if done else {}
+
+
+class LongPromptTalkEnv(TalkEnv):
+    """TalkEnv whose seed 999 opens at once with a long observation (about 600 tokens): a first prompt too long for a
+    small `max_episode_tokens`, which the engine refuses with a ValueError while other episodes are in play; the
+    other seeds take 0.2 s to reset, so on a thread pool their resets are still in flight when it does."""
+
+    def reset(self, seed: int | None = None):
+        if seed == 999:
+            obs, info = super().reset(seed)
+            return obs + " word" * 600, info
+        time.sleep(0.2)
+        return super().reset(seed)
 
 
 class StopEnv(Env):

@@ -27,7 +27,7 @@ from jgem.rollout.slots import SlotEngine
 from jgem.sharding.config import MeshConfig
 from jgem.sharding.mesh import make_mesh
 from jgem.sharding.rules import shard_tree
-from tests.rollout.envs import FlakyGuessEnv, TalkEnv
+from tests.rollout.envs import FlakyGuessEnv, LongPromptTalkEnv, TalkEnv
 
 GUESS = "game:GuessTheNumber-v0-easy"
 ENV = "test:talk"
@@ -206,6 +206,26 @@ def test_turn_limit_and_token_budget(setup):
     assert stats.budget_truncations > 0  # the stream outgrew its slot: the episode ends, truncated
     assert all(e.stream.size <= 100 for e in eps)
     assert sum(e.truncated for e in eps) >= stats.budget_truncations
+
+
+@pytest.mark.parametrize("backend", ["inline", "thread"])
+def test_a_collect_that_raises_leaves_the_engine_and_pool_ready_for_the_next(setup, backend):
+    """A prompt the engine cannot play raises out of `collect` while other episodes are live and queued (and, on the
+    thread backend, env commands are in flight): the next `collect` on the same engine starts afresh and plays what
+    a fresh engine plays."""
+    _, chat, cfg, model = setup
+    rcfg = RolloutConfig(max_new_tokens=8, max_episode_tokens=256)
+    specs = [EpisodeSpec(i, i, 100 + i) for i in range(4)]
+    with EnvPool(LongPromptTalkEnv, 2, backend=backend, wrappers=wrappers_for_view("chat")) as pool:
+        engine = RolloutEngine(cfg, pool, chat, rcfg)
+        bad = [EpisodeSpec(0, 0, 100), EpisodeSpec(1, 1, 999), EpisodeSpec(2, 2, 102), EpisodeSpec(3, 3, 103)]
+        with pytest.raises(ValueError, match="the first prompt of episode 1 has"):
+            engine.collect(model, bad, jax.random.key(5), max_turns=3)
+        assert not engine.busy and pool.num_in_flight == 0
+        again = engine.collect(model, specs, jax.random.key(5), max_turns=3)
+    with EnvPool(LongPromptTalkEnv, 2, backend=backend, wrappers=wrappers_for_view("chat")) as pool:
+        fresh = RolloutEngine(cfg, pool, chat, rcfg).collect(model, specs, jax.random.key(5), max_turns=3)
+    assert _tokens(again) == _tokens(fresh) and all(e.num_turns > 1 for e in again)
 
 
 def test_cut_actions_are_sent_as_invalid(setup):
