@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jgem.models.config import LoraConfig, ModelConfig
 from jgem.models.lora import fresh_adapters, merged
 from jgem.models.transformer import Transformer
-from jgem.sharding.rules import put_global
+from jgem.sharding.rules import canonical_spec, put_global
 
 # HF key regex -> (jgem param path template, layout). Layouts: "id" same array; "T" transposed 2-D;
 # "in_heads" HF [N*H, D] -> [D, N, H]; "out_heads" HF [D, N*H] -> [N, H, D]; "heads" HF [N*H] -> [N, H].
@@ -192,7 +192,7 @@ def logical_sharding(
                 used.add(cand)
                 break
         spec.append(axis)
-    return NamedSharding(mesh, PartitionSpec(*spec))
+    return NamedSharding(mesh, canonical_spec(PartitionSpec(*spec), mesh))  # as the trainer places its state
 
 
 # ---------------------------------------------------------------------- load / save

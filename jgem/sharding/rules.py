@@ -80,6 +80,21 @@ def check_divisible(shape: Sequence[int], spec: P, mesh: Mesh, what: str) -> Non
             )
 
 
+def canonical_spec(spec: P, mesh) -> P:
+    """`spec` without the mesh axes of size 1 (they split nothing), and `P()` where nothing is left: the form jax
+    gives a program's outputs, so a train state placed this way comes back from a step with the same shardings and
+    the next step reuses the compiled program (placed as P('tensor', 'fsdp') on a mesh where both axes are 1, the
+    state came back as P() and the second step compiled the update again)."""
+    out = []
+    for axes in spec:
+        axes_t = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
+        axes_t = tuple(a for a in axes_t if mesh.shape[a] > 1)
+        out.append(None if not axes_t else (axes_t[0] if len(axes_t) == 1 else axes_t))
+    while out and out[-1] is None:
+        out.pop()
+    return P(*out)
+
+
 def _path_str(path) -> str:
     return ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
 
@@ -96,7 +111,7 @@ def tree_shardings(tree, mesh: Mesh, rules: Rules = DEFAULT_RULES):
             value = x.get_value() if hasattr(x, "get_value") else x.value
             spec = logical_to_spec(logical_names(x), rules)
             check_divisible(np.shape(value), spec, mesh, f"param {_path_str(path)} {tuple(logical_names(x) or ())}")
-            return x.replace(NamedSharding(mesh, spec))
+            return x.replace(NamedSharding(mesh, canonical_spec(spec, mesh)))
         return NamedSharding(mesh, P())
 
     return jax.tree_util.tree_map_with_path(leaf_sharding, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))

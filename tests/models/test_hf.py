@@ -129,7 +129,7 @@ def test_load_onto_mesh_places_each_tensor(tmp_path):
     mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 2, 2), ("data", "fsdp", "tensor"))
     sharded, _ = load_pretrained(tmp_path, mesh=mesh, value_head=True)
     q = sharded.layers[0].attn.q[...]  # [D, N, H]: embed -> fsdp, heads -> tensor
-    assert q.sharding.spec == jax.sharding.PartitionSpec("fsdp", "tensor", None)
+    assert q.sharding.spec == jax.sharding.PartitionSpec("fsdp", "tensor")  # canonical: no trailing None
     assert len(q.sharding.device_set) == 8
     assert sharded.lm_head[...].sharding.spec == jax.sharding.PartitionSpec("fsdp", "tensor")
     assert sharded.value_w[...].shape == (32,)
