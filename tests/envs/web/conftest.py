@@ -115,9 +115,9 @@ def origin() -> Iterator[str]:
     server.server_close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def session() -> Iterator[BrowserSession]:
-    """One browser per test module; tests reset it to the page they need."""
+    """One browser per test process, shared by the modules; tests reset it to the page they need."""
     s = BrowserSession(timeout_s=20.0)
     yield s
     s.close()

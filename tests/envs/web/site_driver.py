@@ -14,6 +14,7 @@ from __future__ import annotations
 import html.parser
 import json
 import re
+import ssl
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,14 @@ BLOCK = {"p", "div", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "ul", "ol",
          "tbody"}  # fmt: skip
 LOCATOR = re.compile(r"^document\.querySelector\((\".*?\")\)\?\.outerText \?\? ''$")
 PLACEHOLDERS = ("__SHOP__", "__FORUM__")
+_TLS = ssl.create_default_context()  # the sites are plain http; httpx would load the CA store per client (~50 ms)
+
+
+def http_client(**kwargs: Any) -> httpx.Client:
+    """An httpx client for the loopback sites (timeout 10 s unless given), on one shared TLS context."""
+    return httpx.Client(verify=_TLS, **{"timeout": 10, **kwargs})
+
+
 INPUT_ROLES = {"text": "textbox", "password": "textbox", "email": "textbox", "search": "searchbox",
                "number": "spinbutton", "radio": "radio", "checkbox": "checkbox", "submit": "button"}  # fmt: skip
 

@@ -13,7 +13,7 @@ import pytest
 from jgem.envs.web.sites import forum_data, shop_data
 from jgem.envs.web.sites.forum import ForumSite, thread_url
 from jgem.envs.web.sites.shop import SORTS, ShopSite, line_id
-from tests.envs.web.site_driver import Page
+from tests.envs.web.site_driver import Page, http_client
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +29,15 @@ def forum():
 
 
 def signed_in(site, user: str | None = None) -> httpx.Client:
-    client = httpx.Client(base_url=site.url, follow_redirects=True, timeout=10)
+    client = http_client(base_url=site.url, follow_redirects=True)
     assert client.get(site.login_url(user)).status_code == 200
     return client
+
+
+def get(url: str) -> httpx.Response:
+    """One GET on a client of its own, closed after it (as `httpx.get`)."""
+    with http_client() as client:
+        return client.get(url)
 
 
 def dump(db) -> list[str]:
@@ -144,7 +150,7 @@ def test_forum_pages_render_with_unique_control_names(forum) -> None:
 
 def test_pages_that_need_a_user_send_to_login_and_back(shop, forum) -> None:
     shop.reset(0)
-    anon = httpx.Client(base_url=shop.url, timeout=10)
+    anon = http_client(base_url=shop.url)
     number = shop.query("SELECT number FROM orders WHERE user_id = 1 LIMIT 1")[0]["number"]
     for path in ["/cart", "/checkout", "/orders", "/account", f"/orders/{number}"]:
         r = anon.get(path)
@@ -162,13 +168,13 @@ def test_pages_that_need_a_user_send_to_login_and_back(shop, forum) -> None:
     anon.post("/logout")
     assert anon.get("/cart").status_code == 303
 
-    forged = httpx.Client(base_url=shop.url, cookies={"shop_session": "emma:" + "0" * 32}, timeout=10)
+    forged = http_client(base_url=shop.url, cookies={"shop_session": "emma:" + "0" * 32})
     assert forged.get("/cart").status_code == 303
     assert anon.get("/login/auto?user=emma&key=bad&next=/cart").status_code == 403
-    assert httpx.get(shop.login_url("nobody")).status_code == 404
+    assert get(shop.login_url("nobody")).status_code == 404
 
     forum.reset(0)
-    anon = httpx.Client(base_url=forum.url, timeout=10)
+    anon = http_client(base_url=forum.url)
     assert anon.post("/vote", data={"kind": "post", "id": "1", "value": "1", "next": "/f/books"}).status_code == 303
     assert anon.get("/f/books/submit").status_code == 303
     assert forum.query("SELECT COUNT(*) AS n FROM votes")[0]["n"] == 0
@@ -290,14 +296,14 @@ def test_close_frees_the_port_from_any_thread_and_is_idempotent() -> None:
     serving = set(threading.enumerate()) - before
     assert [t.name for t in serving] == ["jgem-shop-server"]
     port = urllib.parse.urlparse(url).port
-    assert httpx.get(url + "/").status_code == 200
+    assert get(url + "/").status_code == 200
     closer = threading.Thread(target=site.close)
     closer.start()
     closer.join(10)
     site.close()
     assert not [t for t in serving if t.is_alive()]
     with pytest.raises(httpx.ConnectError):
-        httpx.get(url + "/")
+        get(url + "/")
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # nothing listens there any more
     with pytest.raises(RuntimeError, match="closed"):
@@ -308,7 +314,7 @@ def test_close_frees_the_port_from_any_thread_and_is_idempotent() -> None:
 
 def test_two_sites_serve_at_once_with_separate_sessions(shop, forum) -> None:
     assert urllib.parse.urlparse(shop.url).port != urllib.parse.urlparse(forum.url).port
-    client = httpx.Client(follow_redirects=False, timeout=10)
+    client = http_client(follow_redirects=False)
     client.get(shop.login_url())  # cookies ignore ports: both sites see both cookies
     assert client.get(shop.url + "/cart").status_code == 200
     assert client.get(forum.url + "/f/books/submit").status_code == 303
