@@ -1,5 +1,7 @@
 """Every attention implementation equals the plain one ("xla"), and "auto" picks by platform and shape."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,7 @@ from jgem.models import attention as A
 from jgem.models.attention import Mask, attention, choose
 from jgem.models.config import ModelConfig
 from jgem.models.platform import target_platform
-from jgem.models.transformer import init_model
+from jgem.models.transformer import Transformer
 from tests.models.helpers import VOCAB, tiny_cfg
 
 
@@ -58,12 +60,17 @@ MASKS = {
 }
 
 
+# The comparisons run jitted (as the model runs them): one program each, where op-by-op execution compiles every
+# op of both implementations as a program of its own.
+
+
 @pytest.mark.parametrize("kind", sorted(MASKS))
 @pytest.mark.parametrize("block", [64, 100, 512])
 def test_blockwise_equals_xla(kind, block):
     (q, k_t, v), mask = MASKS[kind]()
-    ref = A.xla_attention(q, k_t, v, mask)
-    np.testing.assert_allclose(A.blockwise_attention(q, k_t, v, mask, block=block), ref, atol=2e-6)
+    both = jax.jit(lambda *a: (A.xla_attention(*a, mask), A.blockwise_attention(*a, mask, block=block)))
+    ref, out = both(q, k_t, v)
+    np.testing.assert_allclose(out, ref, atol=2e-6)
 
 
 @pytest.mark.parametrize("kind", ["packed", "over_cache"])
@@ -72,7 +79,7 @@ def test_blockwise_gradients_equal_xla(kind):
     w = jax.random.normal(jax.random.key(0), q.shape)
 
     def grads(fn):
-        return jax.grad(lambda q, k_t, v: jnp.sum(w * fn(q, k_t, v, mask)), argnums=(0, 1, 2))(q, k_t, v)
+        return jax.jit(jax.grad(lambda q, k_t, v: jnp.sum(w * fn(q, k_t, v, mask)), argnums=(0, 1, 2)))(q, k_t, v)
 
     ours = grads(lambda *a: A.blockwise_attention(*a, block=64))
     for a, b in zip(ours, grads(A.xla_attention)):
@@ -82,8 +89,8 @@ def test_blockwise_gradients_equal_xla(kind):
 def test_blockwise_bfloat16_close_to_xla():
     (q, k_t, v), mask = MASKS["packed"]()
     q, k_t, v = (x.astype(jnp.bfloat16) for x in (q, k_t, v))
-    ref = A.xla_attention(q, k_t, v, mask).astype(jnp.float32)
-    out = A.blockwise_attention(q, k_t, v, mask, block=64)
+    ref, out = jax.jit(lambda *a: (A.xla_attention(*a, mask), A.blockwise_attention(*a, mask, block=64)))(q, k_t, v)
+    ref = ref.astype(jnp.float32)
     assert out.dtype == jnp.bfloat16
     np.testing.assert_allclose(out.astype(jnp.float32), ref, atol=3e-2)
 
@@ -118,14 +125,15 @@ def test_splash_kernel_equals_xla_in_interpret_mode():
     """The Pallas splash kernel (run by Pallas's interpreter off TPU): packed causal self-attention with grouped kv
     heads, forward and gradients."""
     (q, k_t, v), mask = _qkv(2, 256, 256), _packed(2, 256)
-    ref = A.xla_attention(q, k_t, v, mask)
-    np.testing.assert_allclose(A.splash_attention(q, k_t, v, mask), ref, atol=2e-6)
     w = jax.random.normal(jax.random.key(0), q.shape)
 
-    def grads(fn):
-        return jax.grad(lambda q, k_t, v: jnp.sum(w * fn(q, k_t, v, mask)), argnums=(0, 1, 2))(q, k_t, v)
+    def out_and_grads(fn):  # one program: the output and the gradients
+        grads = jax.grad(lambda q, k_t, v: jnp.sum(w * fn(q, k_t, v, mask)), argnums=(0, 1, 2))
+        return jax.jit(lambda *a: (fn(*a, mask), grads(*a)))(q, k_t, v)
 
-    for a, b in zip(grads(A.splash_attention), grads(A.xla_attention)):
+    (out, g), (ref, g_ref) = out_and_grads(A.splash_attention), out_and_grads(A.xla_attention)
+    np.testing.assert_allclose(out, ref, atol=2e-6)
+    for a, b in zip(g, g_ref):
         np.testing.assert_allclose(a, b, atol=5e-6)
 
 
@@ -183,27 +191,30 @@ def test_auto_chooses_by_platform_and_shape():
     assert isinstance(tiny_cfg("qwen3"), ModelConfig)
 
 
-@pytest.mark.parametrize("impl", ["blockwise", "splash"])
-def test_model_forward_and_grads_equal_across_implementations(impl):
-    """The whole model on packed rows: logits and parameter gradients as with "xla"."""
+@functools.cache
+def _model_loss_and_grads(name):
+    """The whole model with attention `name` on two packed rows of 128 tokens: sum(sin(logits)) and its parameter
+    gradients, one jitted program. Computed once per implementation: "xla" is every comparison's reference."""
     t = 128
     rng = np.random.default_rng(0)
     toks = jnp.asarray(rng.integers(0, VOCAB, (2, t)), jnp.int32)
     seg = jnp.asarray(_seg(t), jnp.int32)
     pos = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (2, t))
+    model = Transformer(tiny_cfg("qwen3", attention=name), rngs=nnx.Rngs(0))  # init_model's values, built eagerly
+    if name == "blockwise":  # blocks smaller than the row, so the online softmax really spans blocks
+        A.BLOCK, old = 32, A.BLOCK  # read while tracing, inside the try
+    try:
+        loss = lambda m: jnp.sum(jnp.sin(m(toks, pos, segment_ids=seg)[0]))
+        return nnx.jit(nnx.value_and_grad(loss))(model)
+    finally:
+        if name == "blockwise":
+            A.BLOCK = old
 
-    def run(name):
-        model = init_model(tiny_cfg("qwen3", attention=name), seed=0)
-        if name == "blockwise":  # blocks smaller than the row, so the online softmax really spans blocks
-            A.BLOCK, old = 32, A.BLOCK
-        try:
-            loss = lambda m: jnp.sum(jnp.sin(m(toks, pos, segment_ids=seg)[0]))
-            return nnx.value_and_grad(loss)(model)
-        finally:
-            if name == "blockwise":
-                A.BLOCK = old
 
-    (l_ref, g_ref), (l, g) = run("xla"), run(impl)
+@pytest.mark.parametrize("impl", ["blockwise", "splash"])
+def test_model_forward_and_grads_equal_across_implementations(impl):
+    """The whole model on packed rows: logits and parameter gradients as with "xla"."""
+    (l_ref, g_ref), (l, g) = _model_loss_and_grads("xla"), _model_loss_and_grads(impl)
     # the loss sums sin over every logit (2 x t x vocab terms, each off by ~1e-7 when the softmax sums its blocks in
     # another order, more or less so as the compiler contracts multiply-adds): an absolute bound; a wrong mask or
     # block moves the logits by O(1)

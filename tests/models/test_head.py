@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from jgem.models.head import token_logprobs, vocab_logprobs
-from jgem.models.transformer import init_model
+from jgem.models.transformer import Transformer
 from tests.models.helpers import VOCAB, tiny_cfg
 
 N, D, V = 12, 8, 37
@@ -51,10 +51,12 @@ def test_values_and_grads_match_autodiff(vocab_major, chunk, with_entropy, keep_
         h, targets, w, t, chunk=chunk, vocab_major=vocab_major, keep_logits=keep_logits
     )
     ref = lambda h, t, w: _plain(h, targets, w, t, vocab_major)
-    for x, y in zip(jax.jit(ours)(h, temperature, w), ref(h, temperature, w)):
+    grads = lambda fn: jax.grad(lambda *xs: loss(fn, *xs), argnums=(0, 1, 2))
+    # ours: the values and the gradients from one compiled program
+    values, g_ours = jax.jit(lambda h, w, t: (ours(h, t, w), grads(ours)(h, w, t)))(h, w, temperature)
+    for x, y in zip(values, ref(h, temperature, w)):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5)
-    g_ours = jax.jit(jax.grad(lambda *xs: loss(ours, *xs), argnums=(0, 1, 2)))(h, w, temperature)
-    g_ref = jax.grad(lambda *xs: loss(ref, *xs), argnums=(0, 1, 2))(h, w, temperature)
+    g_ref = grads(ref)(h, w, temperature)
     for x, y in zip(g_ours, g_ref):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
     assert float(jnp.abs(g_ours[1]).sum()) > 0
@@ -93,15 +95,15 @@ def test_token_logprobs_reference_chunks_and_grads():
     """Packed rows (two segments, padding): log-probs and entropies equal the plain log-softmax of the logits (at a
     temperature too), 0 at each segment's first token and on padding, in any chunking; gradients equal autodiff's
     with the logits recomputed or kept."""
-    model = init_model(tiny_cfg("qwen3"), seed=0)
+    model = Transformer(tiny_cfg("qwen3"), rngs=nnx.Rngs(0))  # init_model's values, built eagerly (no init program)
     model.embed[...] = model.embed[...] * 25.0  # sharper distributions than the 0.02-std init
     rs = np.random.RandomState(0)
     tokens = jnp.asarray(rs.randint(0, VOCAB, (2, 9)), jnp.int32)
     segs = jnp.asarray([[1, 1, 1, 1, 2, 2, 2, 0, 0], [1] * 9], jnp.int32)
     positions = jnp.asarray([[0, 1, 2, 3, 0, 1, 2, 0, 0], list(range(9))], jnp.int32)
-    tlp = nnx.jit(token_logprobs, static_argnames=("chunk_size",))
+    tlp, naive_lp = nnx.jit(token_logprobs, static_argnames=("chunk_size",)), nnx.jit(_naive)
     for temperature in (1.0, 0.7):
-        ref_lp, ref_ent = nnx.jit(_naive)(model, tokens, positions, segs, temperature)
+        ref_lp, ref_ent = naive_lp(model, tokens, positions, segs, temperature)
         for chunk in (1024, 7, 1):
             lp, ent = tlp(model, tokens, positions, segs, chunk_size=chunk, temperature=temperature)
             np.testing.assert_allclose(lp, ref_lp, atol=1e-5)

@@ -1,3 +1,5 @@
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -5,7 +7,7 @@ import pytest
 from flax import nnx
 
 from jgem.models.kvcache import init_slots
-from jgem.models.transformer import init_model
+from jgem.models.transformer import Transformer, init_model
 from tests.models.helpers import VOCAB, tiny_cfg
 
 FAMILIES = ["qwen3", "qwen2", "llama"]
@@ -17,8 +19,13 @@ def fwd(model, tokens, positions, segment_ids=None, cache=None):
     return model(tokens, positions, segment_ids=segment_ids, cache=cache)
 
 
+@functools.cache
 def _model(family="qwen3", seed=0, **kw):
-    return init_model(tiny_cfg(family, **kw), seed=seed)
+    """One model per config for the whole module (tests only read them), so the programs of a config are traced
+    once and shared by the tests that run it on the same shapes. Built eagerly: the values `init_model` draws (bit
+    for bit: the last test), but its one program per config is a compilation of its own, where an eager build's
+    small per-initialiser programs are shared by every config with the same param shapes."""
+    return Transformer(tiny_cfg(family, **kw), rngs=nnx.Rngs(seed))
 
 
 def _tokens(b, t, seed=0):
@@ -32,12 +39,12 @@ def _pos(b, t):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_kv_cache_decoding_equals_full_forward(family):
     model = _model(family)
-    toks, pos = _tokens(2, 11), _pos(2, 11)
+    toks, pos = _tokens(2, 10), _pos(2, 10)
     full, none = fwd(model, toks, pos)
-    assert none is None and full.shape == (2, 11, VOCAB) and full.dtype == jnp.float32
+    assert none is None and full.shape == (2, 10, VOCAB) and full.dtype == jnp.float32
     cache = init_slots(model.cfg, 2, 16)
     outs = []
-    for a, b in [(0, 5), (5, 6), (6, 7), (7, 11)]:  # chunked prefill, then one-token steps, then a chunk
+    for a, b in [(0, 4), (4, 5), (5, 6), (6, 10)]:  # chunked prefill, then one-token steps, then a chunk
         out, cache = fwd(model, toks[:, a:b], pos[:, a:b], cache=cache)
         outs.append(out)
     assert cache.max_len == 16 and cache.num_rows == 2
@@ -79,21 +86,28 @@ def test_padding_writes_nothing_to_a_slot_cache():
     np.testing.assert_allclose(step[:, 0], ref7[:, -1], atol=2e-5)
 
 
+@functools.cache
+def _value_model():
+    """A model with every kind of param but adapters: an untied vocab head and a value head (built as `_model`)."""
+    return Transformer(tiny_cfg("qwen2", tie_word_embeddings=False), rngs=nnx.Rngs(0), value_head=True)
+
+
 def test_every_param_has_logical_axis_names():
-    model = _model("qwen2", tie_word_embeddings=False)
-    model_v = init_model(model.cfg, seed=0, value_head=True)
+    """The names are the params' metadata, part of the state's tree structure: `init_model`'s models carry the
+    eager build's (the last test compares the structures)."""
+    model, model_v = _model("qwen2"), _value_model()  # tied embeddings; an lm_head and a value head
     for m in (model, model_v):
         for path, var in nnx.to_flat_state(nnx.state(m, nnx.Param)):
             names = var.get_metadata().get("out_sharding")
             assert names is not None and len(names) == var.ndim, path
             assert set(names) <= LOGICAL, (path, names)
-    specs = nnx.get_partition_spec(nnx.state(model, nnx.Param))
+    specs = nnx.get_partition_spec(nnx.state(model_v, nnx.Param))
     assert specs["layers"][0]["attn"]["q"].get_value() == jax.sharding.PartitionSpec("embed", "heads", "head_dim")
     assert specs["lm_head"].get_value() == jax.sharding.PartitionSpec("embed", "vocab")
 
 
 def test_value_head():
-    model = init_model(tiny_cfg(), seed=0, value_head=True)
+    model = _value_model()
     toks = _tokens(3, 5)
     h, v = nnx.jit(lambda m, t, p: (lambda h: (h, m.value(h)))(m.hidden(t, p)[0]))(model, toks, _pos(3, 5))
     assert h.shape == (3, 5, 32) and v.shape == (3, 5) and v.dtype == jnp.float32
@@ -102,17 +116,36 @@ def test_value_head():
         _model().value(h)
 
 
-@pytest.mark.parametrize("policy", [True, "full", "dots_saveable", "dots_with_no_batch_dims_saveable"])
+# The loss and gradients the remat and scan tests compare: mean squared logits over two packed rows (two segments;
+# one segment and padding), one jitted program per model config.
+GRAD_TOKS, GRAD_POS = _tokens(2, 12), _pos(2, 12)
+GRAD_SEG = jnp.asarray([[1] * 5 + [2] * 7, [1] * 9 + [0] * 3], jnp.int32)
+
+
+def _sq_loss(m, toks, pos, seg):
+    return jnp.mean(m(toks, pos, segment_ids=seg)[0] ** 2)
+
+
+_value_and_grad = nnx.jit(nnx.value_and_grad(_sq_loss))
+
+
+@functools.cache
+def _grads(family, **kw):
+    """(loss, grads) of `_model(family, **kw)` on the packed rows above, computed once per config."""
+    return _value_and_grad(_model(family, **kw), GRAD_TOKS, GRAD_POS, GRAD_SEG)
+
+
+@pytest.mark.parametrize("policy", ["full", "dots_saveable", "dots_with_no_batch_dims_saveable"])
 def test_remat_same_logits_and_grads(policy):
-    toks, pos = _tokens(2, 6), _pos(2, 6)
-
-    def loss(m):
-        return jnp.mean(m(toks, pos)[0] ** 2)
-
-    plain, remat = _model(), _model(remat=policy)
-    assert remat.cfg.remat == ("full" if policy is True else policy) and plain.cfg.remat == "none"
-    grad = nnx.jit(nnx.value_and_grad(loss))
-    (l1, g1), (l2, g2) = grad(plain), grad(remat)
+    """Each remat policy gives the plain forward's loss and gradients (the unrolled blocks: the qwen2 models and
+    programs of the scan test's loop side)."""
+    assert tiny_cfg("qwen2", remat=True) == tiny_cfg("qwen2", remat="full")  # True is "full": the same model
+    plain, remat = _model("qwen2", scan_layers=False, remat="none"), _model("qwen2", scan_layers=False, remat=policy)
+    assert remat.cfg.remat == policy and plain.cfg.remat == "none"
+    (l1, g1), (l2, g2) = (
+        _grads("qwen2", scan_layers=False, remat="none"),
+        _grads("qwen2", scan_layers=False, remat=policy),
+    )
     assert float(l1) == pytest.approx(float(l2), rel=1e-6)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(a, b, atol=1e-6)
@@ -186,32 +219,28 @@ def _jaxpr_dots(model, toks, pos) -> int:
     return str(jax.make_jaxpr(lambda t, p: model(t, p)[0])(toks, pos)).count("dot_general")
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("remat", ["none", "full"])
+# qwen3's (q/k norms, adapters) and qwen2's (biases) stacked states with and without remat; llama's blocks hold a
+# subset of qwen2's params (its rope scaling is outside the blocks, the same for both): with remat only
+@pytest.mark.parametrize(
+    "family, remat", [("qwen3", "none"), ("qwen3", "full"), ("qwen2", "none"), ("qwen2", "full"), ("llama", "full")]
+)
 def test_scanned_layers_equal_the_unrolled_loop(family, remat):
     """The training forward scanning the layers (`scan_layers`, the default on GPU/TPU) gives the same logits and
     gradients as the Python loop over the blocks, on packed rows, with and without remat; its program holds one
     block."""
     from jgem.models.config import LoraConfig
 
-    toks, pos = _tokens(2, 12), _pos(2, 12)
-    seg = jnp.asarray([[1] * 5 + [2] * 7, [1] * 9 + [0] * 3], jnp.int32)
     kw = dict(remat=remat)
     if family == "qwen3":  # adapters ride along in the stacked layer state
-        kw["lora"] = LoraConfig(rank=2, alpha=4.0)
+        kw["lora"] = LoraConfig(rank=4, alpha=8.0)  # the last test's adapter shapes: its eager build's programs
     scanned, loop = _model(family, scan_layers=True, **kw), _model(family, scan_layers=False, **kw)
-
-    def loss(m):
-        return jnp.mean(m(toks, pos, segment_ids=seg)[0] ** 2)
-
-    grad = nnx.jit(nnx.value_and_grad(loss))
-    (l1, g1), (l2, g2) = grad(scanned), grad(loop)
+    (l1, g1), (l2, g2) = _grads(family, scan_layers=True, **kw), _grads(family, scan_layers=False, **kw)
     assert float(l1) == pytest.approx(float(l2), rel=1e-6)
     assert jax.tree.structure(g1) == jax.tree.structure(g2)
     for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
         np.testing.assert_allclose(a, b, atol=1e-6)
     # two blocks unrolled, one in the scan's body: the loop's program has one block's matmuls more
-    assert _jaxpr_dots(loop, toks, pos) > _jaxpr_dots(scanned, toks, pos)
+    assert _jaxpr_dots(loop, GRAD_TOKS, GRAD_POS) > _jaxpr_dots(scanned, GRAD_TOKS, GRAD_POS)
 
 
 def test_scanned_layers_under_a_mesh_and_in_bfloat16():
@@ -219,9 +248,13 @@ def test_scanned_layers_under_a_mesh_and_in_bfloat16():
     dtype), the scanned forward gives the unrolled loop's logits."""
     from jax.sharding import AxisType
 
+    from jgem.models.transformer import scans_layers
+
     toks, pos = _tokens(4, 8), _pos(4, 8)
     for dtype, atol in (("float32", 2e-5), ("bfloat16", 0.0)):
-        scanned, loop = _model(dtype=dtype, scan_layers=True), _model(dtype=dtype, scan_layers=False)
+        kw = {} if dtype == "float32" else {"dtype": dtype}  # float32: the default config's model and programs
+        scanned, loop = _model(scan_layers=True, **kw), _model(**kw)  # scan_layers None: the loop on CPU
+        assert not scans_layers(loop.cfg) and scans_layers(scanned.cfg)
         ref, _ = fwd(loop, toks, pos)
         mesh = jax.make_mesh((1, 4, 2), ("data", "fsdp", "tensor"), axis_types=(AxisType.Auto,) * 3)
         with jax.set_mesh(mesh):
@@ -260,7 +293,7 @@ def test_the_compiled_init_draws_the_eager_models_values_sharded_by_the_rules():
     mesh = make_mesh(MeshConfig(fsdp=2, tensor=2), devices=jax.devices()[:4])
     for m in (None, mesh):
         state = nnx.state(init_model(cfg, seed=3, mesh=m, **kw))
-        assert jax.tree.structure(state) == jax.tree.structure(eager)
+        assert jax.tree.structure(state) == jax.tree.structure(eager)  # the params' metadata (axis names) too
         for path, (a, b) in zip(
             jax.tree_util.tree_leaves_with_path(eager), zip(jax.tree.leaves(eager), jax.tree.leaves(state))
         ):

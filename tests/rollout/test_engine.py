@@ -14,10 +14,9 @@ from flax import nnx
 
 from jgem.algos.learner import token_logprobs
 from jgem.envs.pool import EnvPool
-from jgem.models.config import preset
 from jgem.models.kvcache import init_slots
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
-from jgem.models.transformer import init_model
+from jgem.models.transformer import Transformer
 from jgem.registry import register
 from jgem.rollout.batch import build_batch
 from jgem.rollout.config import RolloutConfig, Sampling
@@ -26,7 +25,7 @@ from jgem.rollout.scripted import scripted_episodes
 from jgem.rollout.slots import SlotEngine
 from jgem.sharding.config import MeshConfig
 from jgem.sharding.mesh import make_mesh
-from jgem.sharding.rules import shard_tree
+from tests.rollout import mp_engine_worker as worker
 from tests.rollout.envs import FlakyGuessEnv, LongPromptTalkEnv, TalkEnv
 
 GUESS = "game:GuessTheNumber-v0-easy"
@@ -38,22 +37,42 @@ register(ENV, TalkEnv, overwrite=True)
 def setup():
     tok = load_tokenizer()
     chat = ChatFormat(tok)
-    cfg = preset("tiny", num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2)
-    model = init_model(cfg, seed=0)
-    return tok, chat, cfg, model
+    cfg, graphdef, state = worker.model()  # tiny: 2 layers of 64; the params of the sharded runs below
+    return tok, chat, cfg, nnx.merge(graphdef, state)
 
 
-def _collect(setup, view="chat", n=6, num_envs=4, seed=0, max_turns=4, backend="inline", env=ENV, mesh=None, **rollout):
+def _collect(setup, view="chat", n=6, num_envs=4, seed=0, max_turns=4, backend="inline", env=ENV, **rollout):
     _, chat, cfg, model = setup
-    if mesh is not None:  # params placed on the mesh as the trainer places them (fsdp, tensor)
-        graphdef, state = nnx.split(model)
-        model = (graphdef, shard_tree(state, mesh))
     rcfg = RolloutConfig(view=view, max_new_tokens=rollout.pop("max_new_tokens", 8), **rollout)
     with EnvPool(env, num_envs, backend=backend, wrappers=wrappers_for_view(view)) as pool:
-        engine = RolloutEngine(cfg, pool, chat, rcfg, env_name=env, mesh=mesh)
+        engine = RolloutEngine(cfg, pool, chat, rcfg, env_name=env)
         specs = [EpisodeSpec(i, i // 2, 100 + i // 2) for i in range(n)]
         eps = engine.collect(model, specs, jax.random.key(seed), max_turns=max_turns)
     return eps, engine.stats
+
+
+@pytest.fixture(scope="module")
+def played(setup):
+    """`_collect(setup, view=view, temperature=1.0)` (6 episodes on 4 envs, seed 0), played once per view for the
+    tests that read the same episodes."""
+    runs = {}
+
+    def get(view):
+        if view not in runs:
+            runs[view] = _collect(setup, view=view, temperature=1.0)
+        return runs[view]
+
+    return get
+
+
+# The reference of the tests that compare engines: the episodes of `worker.one_process` (12 episodes, 6 groups, on 8
+# envs, run key 3), played by one unsharded engine on the inline backend.
+REFERENCE = dict(n=2 * worker.EPISODES_PER_PROCESS, num_envs=2 * worker.ENVS_PER_PROCESS, seed=3, temperature=1.0)
+
+
+@pytest.fixture(scope="module")
+def reference(setup):
+    return _collect(setup, **REFERENCE)[0]
 
 
 @nnx.jit
@@ -94,12 +113,13 @@ def test_extensions_equal_one_fresh_prefill(setup):
             pos[b, : lens[b]] = start + np.arange(lens[b])
             seg[b, : lens[b]] = 1
         logits, cache = _forward(model, tok, pos, seg, cache)
+        logits = np.asarray(logits)  # sliced on the host: a jax slice of each length would compile its own op
         for b in range(3):
-            got[b].append(np.asarray(logits[b, : lens[b]]))
+            got[b].append(logits[b, : lens[b]])
     for b, s in enumerate(streams):
         fresh, _ = _forward(model, *_padded(s, 64))
         n = pieces[b][-1]
-        np.testing.assert_allclose(np.concatenate(got[b]), np.asarray(fresh[0, :n]), atol=2e-5)
+        np.testing.assert_allclose(np.concatenate(got[b]), np.asarray(fresh)[0, :n], atol=2e-5)
 
     # The engine: extend in pieces through several calls, then sample 6 tokens; their log-probs equal a fresh
     # teacher-forced pass over stream + sampled tokens.
@@ -126,15 +146,15 @@ def test_extensions_equal_one_fresh_prefill(setup):
         full = np.concatenate([s[: pieces[b][-1] + 1], acts[b]]).astype(np.int32)
         ref, _ = _logprobs(model, *_padded(full, 72))
         assert len(acts[b]) == 6
-        np.testing.assert_allclose(lps[b], np.asarray(ref[0, full.size - 6 : full.size]), atol=2e-5)
+        np.testing.assert_allclose(lps[b], np.asarray(ref)[0, full.size - 6 : full.size], atol=2e-5)
 
 
 @pytest.mark.parametrize("view", ["chat", "per_turn"])
-def test_learner_sees_exactly_the_sampled_tokens(setup, view):
+def test_learner_sees_exactly_the_sampled_tokens(setup, played, view):
     """Behaviour log-probs recomputed by the learner on the packed batch equal the sampler's: the batch holds
     exactly the sampled action tokens, in exactly the context the model was conditioned on."""
     _, chat, _, model = setup
-    eps, stats = _collect(setup, view=view, temperature=1.0)
+    eps, stats = played(view)
     assert stats.turns == sum(e.num_turns for e in eps) > len(eps)
     adv = np.zeros((len(eps), max(e.num_turns for e in eps)), np.float32)
     packed = build_batch(eps, adv, view=view, pad_id=chat.pad_id)
@@ -149,9 +169,9 @@ def test_learner_sees_exactly_the_sampled_tokens(setup, view):
         assert all(t.prompt_ids is None for e in eps for t in e.transitions)
 
 
-def test_chat_stream_grows_by_action_and_observation_tokens(setup):
+def test_chat_stream_grows_by_action_and_observation_tokens(setup, played):
     _, chat, *_ = setup
-    eps, _ = _collect(setup, view="chat", temperature=1.0, max_new_tokens=6)
+    eps, _ = played("chat")
     multi = [e for e in eps if e.num_turns > 1]
     assert multi
     for e in multi:
@@ -202,9 +222,10 @@ def test_turn_limit_and_token_budget(setup):
     first = len(chat.start([{"role": "user", "content": "x"}]))
     with pytest.raises(ValueError, match="max_episode_tokens"):
         _collect(setup, max_episode_tokens=first + 8 + 1)  # the first prompt alone is longer than that
-    eps, stats = _collect(setup, view="chat", max_turns=50, max_episode_tokens=100, temperature=1.0)
+    # 2 slots of 256 tokens, the cache of the tests below (their programs): 32-token actions outgrow them
+    eps, stats = _collect(setup, n=8, num_envs=2, max_turns=50, max_new_tokens=32, max_episode_tokens=256)
     assert stats.budget_truncations > 0  # the stream outgrew its slot: the episode ends, truncated
-    assert all(e.stream.size <= 100 for e in eps)
+    assert all(e.stream.size <= 256 for e in eps)
     assert sum(e.truncated for e in eps) >= stats.budget_truncations
 
 
@@ -240,49 +261,54 @@ def _tokens(eps):
 
 
 @pytest.mark.slow
-def test_same_episodes_whatever_the_slots_backend_and_timing(setup):
+@pytest.mark.xdist_group("rollout-engine-refs")  # one `reference` (and one `worker.one_process` run) per worker
+def test_same_episodes_whatever_the_slots_backend_and_timing(setup, reference):
     """Tokens depend on (run key, episode, turn, index) only: not on the number of slots, the pool's backend, or
-    the order in which envs answer."""
-    ref, _ = _collect(setup, n=8, num_envs=8, seed=3, temperature=1.0)
+    the order in which envs answer. The reference plays 12 episodes on 8 slots inline; here 8 slots on threads, 4
+    in worker processes, and 1 (each episode in turn)."""
+    ref = reference
     assert sum(e.num_turns for e in ref) > len(ref)
-    for backend, num_envs in (("inline", 3), ("thread", 8), ("process", 5), ("thread", 1)):
+    for backend, num_envs in (("thread", 8), ("process", 4), ("thread", 1)):
         env = TalkEnv if backend == "process" else ENV  # a process worker builds the env from an importable class
-        eps, _ = _collect(setup, n=8, num_envs=num_envs, seed=3, temperature=1.0, backend=backend, env=env)
+        eps, _ = _collect(setup, **{**REFERENCE, "num_envs": num_envs}, backend=backend, env=env)
         assert _tokens(eps) == _tokens(ref), (backend, num_envs)
         for x, y in zip(eps, ref):
             np.testing.assert_array_equal(x.stream, y.stream)
             for a, b in zip(x.transitions, y.transitions):
                 np.testing.assert_allclose(a.action_logprobs, b.action_logprobs, atol=1e-5)
-    other, _ = _collect(setup, n=8, num_envs=8, seed=4, temperature=1.0)
+    other, _ = _collect(setup, **{**REFERENCE, "seed": 4})
     assert _tokens(other) != _tokens(ref)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("shape", [dict(data=2, fsdp=2), dict(fsdp=2, tensor=2)])
-def test_slots_sharded_over_a_mesh_give_the_same_episodes(setup, shape):
+@pytest.mark.xdist_group("rollout-engine-refs")
+@pytest.mark.parametrize("shape", [dict(data=2, fsdp=2), worker.MESH])
+def test_slots_sharded_over_a_mesh_give_the_same_episodes(reference, shape):
     """Slots sharded over the mesh's batch axes, params sharded by the rules: programs gather rows shard by shard
-    (buckets of rows per shard) and copy group prompts within a shard; the episodes equal the unsharded engine's."""
-    ref, _ = _collect(setup, n=12, num_envs=8, seed=3, temperature=1.0)
-    mesh = make_mesh(MeshConfig(**shape), devices=jax.devices()[:4])
-    eps, stats = _collect(setup, n=12, num_envs=8, seed=3, temperature=1.0, mesh=mesh)
-    assert _tokens(eps) == _tokens(ref)
-    for x, y in zip(eps, ref):
+    (buckets of rows per shard) and copy group prompts within a shard; the episodes equal the unsharded engine's.
+    The (fsdp 2, tensor 2) run is the one-process reference of test_multiprocess_engine.py (one run for both)."""
+    eps, stats, _, _ = worker.one_process(**shape)
+    assert _tokens(eps) == _tokens(reference)
+    for x, y in zip(eps, reference):
         np.testing.assert_array_equal(x.stream, y.stream)
         for a, b in zip(x.transitions, y.transitions):
             np.testing.assert_allclose(a.action_logprobs, b.action_logprobs, atol=1e-4)
     assert stats.shared_prefix_tokens > 0
-    if mesh.shape["data"] * mesh.shape["fsdp"] == 2:  # 2 shards of 4 slots: the tail runs gathered buckets
+    if shape.get("data", 1) * shape.get("fsdp", 1) == 2:  # 2 shards of 4 slots: the tail runs gathered buckets
         assert stats.decode_rows < stats.decode_chunks * 8 * 8
 
 
 def test_a_remat_model_samples_like_the_plain_one(setup):
     """Remat policies shape the backward pass only: the engine's programs run the same with one set."""
-    _, chat, cfg, _ = setup
-    ref, _ = _collect(setup, n=2, num_envs=2, seed=1, max_turns=2)
+    _, chat, cfg, plain = setup
+    ref, _ = _collect(setup, n=2, num_envs=2, seed=1, max_turns=2, max_episode_tokens=256)  # the cache shape above
     remat_cfg = dataclasses.replace(cfg, remat="full")
-    model = init_model(remat_cfg, seed=0)  # the setup's params, with a remat policy
+    graphdef = nnx.graphdef(nnx.eval_shape(lambda: Transformer(remat_cfg, rngs=nnx.Rngs(0))))
+    model = nnx.merge(graphdef, nnx.state(plain))  # the setup's params, with a remat policy
+    assert model.cfg.remat == "full"
     with EnvPool(ENV, 2, wrappers=wrappers_for_view("chat")) as pool:
-        engine = RolloutEngine(remat_cfg, pool, chat, RolloutConfig(max_new_tokens=8), env_name=ENV)
+        rcfg = RolloutConfig(max_new_tokens=8, max_episode_tokens=256)
+        engine = RolloutEngine(remat_cfg, pool, chat, rcfg, env_name=ENV)
         specs = [EpisodeSpec(i, i // 2, 100 + i // 2) for i in range(2)]
         eps = engine.collect(model, specs, jax.random.key(1), max_turns=2)
     assert _tokens(eps) == _tokens(ref)
