@@ -248,23 +248,37 @@ def test_pop_imports_takes_every_import_flag():
 
 
 @pytest.mark.slow
-def test_a_custom_env_trains_from_the_cli_with_import(tmp_path):
+def test_a_custom_env_trains_from_the_cli_with_import(tmp_path, capsys):
     """`--import tests.custom_envs` registers an id jgem does not know, in the trainer and in process workers;
     without it the same command is refused naming the id."""
+    from experiments import train as train_cli
+    from jgem.registry import list_envs
+
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "experiments.train", "tiny", "--env.env-id", "test-custom:TinyGuess-v0"]
-    cmd += ["--steps", "1", "--episodes-per-step", "4", "--env.num-envs", "4", "--env.backend", "process"]
-    cmd += ["--warm-start.steps", "0", "--eval-every", "0", "--no-plot", "--no-console", "--run-dir", str(run)]
+    args = ["tiny", "--env.env-id", "test-custom:TinyGuess-v0", "--steps", "1", "--episodes-per-step", "4"]
+    args += ["--env.num-envs", "4", "--env.backend", "process", "--warm-start.steps", "0", "--eval-every", "0"]
+    args += ["--no-plot", "--no-console", "--run-dir", str(run)]
+    # tests/train_utils.py's 1-layer "test-micro" architecture (registered by the module, in every process that
+    # imports it): the model's size is not what this test is about
+    args += ["--import", "tests.learner_micro_preset", "--model.preset", "test-micro"]
+    # the refusal, here in-process: validation runs before anything is built, and nothing in the test session
+    # imports tests.custom_envs (so jgem does not know the id)
+    assert "test-custom:TinyGuess-v0" not in list_envs()
+    with pytest.raises(SystemExit) as refused:
+        train_cli.main(args)
+    assert refused.value.code not in (0, None)
+    assert "unknown env id 'test-custom:TinyGuess-v0'" in capsys.readouterr().err
+    assert not (run / "config.json").exists()
     # one CPU device, not the session's 8: the mesh is not what this test is about, and 8 devices compile 8-way programs
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
     env.pop("JAX_NUM_CPU_DEVICES", None)
-    refused = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert refused.returncode != 0 and "unknown env id 'test-custom:TinyGuess-v0'" in refused.stderr
-    done = subprocess.run([*cmd, "--import", "tests.custom_envs"], cwd=ROOT, env=env, capture_output=True, text=True)
+    cmd = [sys.executable, "-m", "experiments.train", *args, "--import", "tests.custom_envs"]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 1
     saved = json.loads((run / "config.json").read_text())
-    assert saved["env"]["env_id"] == "test-custom:TinyGuess-v0" and saved["env"]["imports"] == ["tests.custom_envs"]
+    assert saved["env"]["env_id"] == "test-custom:TinyGuess-v0" and saved["model"]["preset"] == "test-micro"
+    assert saved["env"]["imports"] == ["tests.learner_micro_preset", "tests.custom_envs"]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r for r in rows if r.get("step") == 1][0]["rollout/max_turns"] == 2.0  # TinyGuess's own limit

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS.names())
 def test_every_algorithm_trains_with_finite_metrics(tmp_path, algorithm):
-    summary = train(small_config(str(tmp_path), algorithm=algorithm))
+    # one checkpoint, the last step's (the runs below checkpoint every step and resume from them)
+    summary = train(small_config(str(tmp_path), algorithm=algorithm, checkpoint_every=2))
     rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:
@@ -44,7 +46,7 @@ def test_every_algorithm_trains_with_finite_metrics(tmp_path, algorithm):
         if algorithm == "ppo":
             assert math.isfinite(r["train/value_loss"])
     assert len(summary["params_sha256"]) == 64
-    assert (tmp_path / "checkpoints").is_dir()
+    assert (tmp_path / "checkpoints" / "2").is_dir()
 
 
 @pytest.mark.parametrize(
@@ -80,9 +82,8 @@ def test_bad_configs_fail_fast_with_a_clear_message(tmp_path, overrides, message
 
 def test_faulting_env_does_not_stop_training_and_is_counted(tmp_path):
     register("test:flaky-guess", FlakyGuessEnv, overwrite=True)
-    cfg = small_config(
-        str(tmp_path), steps=2, episodes_per_step=8, env={"env_id": "test:flaky-guess", "backend": "thread"}
-    )
+    # 4 episodes a step on the 4 envs (small_config's shapes: its compiled programs), each env reused after a fault
+    cfg = small_config(str(tmp_path), steps=2, env={"env_id": "test:flaky-guess", "backend": "thread"})
     assert isinstance(cfg.env, EnvConfig)
     train(cfg)
     rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/loss" in r]
@@ -139,7 +140,8 @@ def _summary(p: subprocess.Popen, timeout: float = 600) -> dict:
 @pytest.mark.slow
 def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
     args = {"steps": 6, "curriculum": {"horizons": [2, 4], "stage_steps": 2}, "checkpoint_every": 1}
-    straight = _summary(_run({**args, "run_dir": str(tmp_path / "a")}))
+    # the straight run saves only its last step: checkpoints must not change what a run computes
+    straight = _summary(_run({**args, "checkpoint_every": args["steps"], "run_dir": str(tmp_path / "a")}))
 
     run_b = tmp_path / "b"
     p = _run({**args, "run_dir": str(run_b)})
@@ -168,21 +170,53 @@ def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
     assert all(r["rollout/max_turns"] == (2 if r["step"] <= 2 else 4) for r in rows)
 
 
-def test_after_warm_start_rl_gets_the_warm_policy_as_kl_reference_and_a_fresh_optimizer(tmp_path):
-    cfg = small_config(str(tmp_path), steps=1, learner={"kl_coef": 0.1}, warm_start=WarmStartConfig(steps=2))
-    tr = Trainer(cfg)
-    init = jax.device_get(tr.state.params)
-    assert _tree_equal(jax.device_get(tr.state.ref_params), init)  # before any training: the initial policy
-    tr.run()
+# The two warm-start tests share one run (a module fixture; the xdist group keeps both tests, and so the fixture, on
+# one worker): a 3-step warm start on 4 teacher games a step, then 1 RL step, with a KL penalty (the state carries a
+# reference policy), an evaluation at the start, after the warm start and after the RL step, and curves plotted.
+
+
+@pytest.fixture(scope="module")
+def warm_started_run(tmp_path_factory):
+    """(its config, the Trainer after `run()`, the initial params and reference params before it, the key lists
+    passed to plot_curves)."""
+    import jgem.train.loop
+
+    cfg = small_config(
+        str(tmp_path_factory.mktemp("warm-start") / "run"),
+        steps=1,
+        eval_every=1,
+        eval_episodes=4,
+        plot=True,
+        learner={"kl_coef": 0.1},
+        warm_start=WarmStartConfig(steps=3, episodes_per_step=4),
+    )
+    plotted = []
+    real_plot = jgem.train.loop.plot_curves
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(
+            jgem.train.loop, "plot_curves", lambda p, o, keys, **k: plotted.append(keys) or real_plot(p, o, keys, **k)
+        )
+        tr = Trainer(cfg)
+        init, init_ref = jax.device_get(tr.state.params), jax.device_get(tr.state.ref_params)
+        tr.run()
+    return cfg, tr, init, init_ref, plotted
+
+
+@pytest.mark.xdist_group("warm-started-run")
+def test_after_warm_start_rl_gets_the_warm_policy_as_kl_reference_and_a_fresh_optimizer(tmp_path, warm_started_run):
+    cfg, tr, init, init_ref, _ = warm_started_run
+    assert _tree_equal(init_ref, init)  # before any training: the initial policy
     # RL's optimizer started afresh after the warm start: its count is the one RL update's 1 step
     assert int(_opt_count(tr.state.opt_state)) == 1
     ref = jax.device_get(tr.state.ref_params)
     assert not _tree_equal(ref, init), "the reference must move to the warm-started policy"
     # the RL step's batch carried reference log-probs: the KL metric is reported and finite
-    kl = [r["train/kl"] for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/kl" in r]
+    kl = [r["train/kl"] for r in read_jsonl(Path(cfg.run_dir) / "metrics.jsonl") if "train/kl" in r]
     assert kl and all(np.isfinite(kl))
-    # a resumed trainer restores the reference from the checkpoint, not from its fresh initial policy
-    resumed = Trainer(dataclasses.replace(cfg, steps=2))
+    # a resumed trainer restores the reference from the checkpoint, not from its fresh initial policy (resumed
+    # from a copy of the run, which the other test reads; without evaluations or plots, which may change)
+    shutil.copytree(cfg.run_dir, tmp_path / "run")
+    resumed = Trainer(dataclasses.replace(cfg, run_dir=str(tmp_path / "run"), steps=2, eval_every=0, plot=False))
     resumed.run()
     assert _tree_equal(jax.device_get(resumed.state.ref_params), ref)
 
@@ -213,8 +247,9 @@ def test_resume_refuses_a_different_config(tmp_path):
     train(small_config(str(tmp_path), steps=1))
     with pytest.raises(ValueError, match="gamma"):
         train(small_config(str(tmp_path), steps=2, gamma=0.5))
-    # a memory-vs-speed setting may change between resumes (and runs from before it existed resume)
-    train(small_config(str(tmp_path), steps=2, learner={"keep_logits_mb": 0.0}))
+    # a memory-vs-speed setting may change between resumes (and runs from before it existed resume); 256 MB still
+    # keeps these tiny logits, so the update compiles to the program it had
+    train(small_config(str(tmp_path), steps=2, learner={"keep_logits_mb": 256.0}))
 
 
 def test_a_moved_run_dir_resumes(tmp_path):
@@ -349,30 +384,17 @@ def test_evaluation_plays_to_the_env_limit_whatever_the_curriculum(tmp_path, mon
         tr.pool.close()
 
 
-def test_logs_warm_start_at_its_own_steps_and_the_env_turn_limit(tmp_path, monkeypatch):
+@pytest.mark.xdist_group("warm-started-run")
+def test_logs_warm_start_at_its_own_steps_and_the_env_turn_limit(warm_started_run):
     """Issue 20 bug 11: each warm-start step has a step of its own (1 - W .. 0, the initial eval at -W), no
     curriculum logs the env's limit as rollout/max_turns (4, not 1000), and curves.png plots the warm start."""
-    import jgem.train.loop
-
-    plotted = []
-    real_plot = jgem.train.loop.plot_curves
-    monkeypatch.setattr(
-        jgem.train.loop, "plot_curves", lambda p, o, keys, **k: plotted.append(keys) or real_plot(p, o, keys, **k)
-    )
-    cfg = small_config(
-        str(tmp_path),
-        steps=1,
-        eval_every=1,
-        eval_episodes=4,
-        plot=True,
-        warm_start=WarmStartConfig(steps=3, episodes_per_step=4),
-    )
-    train(cfg)
-    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    cfg, _, _, _, plotted = warm_started_run
+    run_dir = Path(cfg.run_dir)
+    rows = read_jsonl(run_dir / "metrics.jsonl")
     warm = [r for r in rows if "warm/loss" in r]
     assert [r["step"] for r in warm] == [-2, -1, 0] and [r["warm/step"] for r in warm] == [1, 2, 3]
     evals = [r["step"] for r in rows if "eval/success_rate" in r]
     assert evals == [-3, 0, 1]  # random init, after the warm start, after RL step 1
     (rl,) = [r for r in rows if "rollout/max_turns" in r]
     assert rl["rollout/max_turns"] == 4 and rl["eval/max_turns"] == 4
-    assert "warm/loss" in plotted[0] and (tmp_path / "curves.png").stat().st_size > 0
+    assert "warm/loss" in plotted[0] and (run_dir / "curves.png").stat().st_size > 0

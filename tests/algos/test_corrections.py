@@ -13,9 +13,13 @@ import pytest
 
 from jgem.algos.config import LearnerConfig
 from jgem.algos.corrections import CORRECTIONS, correct, correction_errors, resolve
-from jgem.algos.learner import init_train_state, policy_logprobs, policy_loss, token_logprobs, update
+from jgem.algos.learner import init_train_state, policy_loss, token_logprobs, update
 from jgem.algos.types import TrainBatch
 from tests.algos.helpers import CFG, host, make_batch, tiny_model
+
+# `correct` compiled, its config static: one program per correction and bounds, reused wherever a test repeats one
+# (op by op, a correction runs dozens of small programs)
+_correct = jax.jit(correct, static_argnums=2)
 
 # name -> (its defaults (low, high), the spread of log rho that puts tokens on both sides of them, other bounds)
 CASES = {
@@ -105,7 +109,7 @@ def test_each_correction_weighs_and_masks_as_its_numpy_reference(name, bounds):
     w, keep, capped = np_correction(name, log_rho, mask, seg, low, high)
     keep &= mask
     w = np.where(keep, w, 0.0)
-    fixed, metrics = jax.jit(correct, static_argnums=2)(batch, prox, cfg)
+    fixed, metrics = _correct(batch, prox, cfg)
 
     np.testing.assert_array_equal(np.asarray(fixed.loss_mask), keep)
     np.testing.assert_allclose(np.asarray(fixed.is_weights), w, rtol=1e-6, atol=1e-7)
@@ -129,7 +133,7 @@ def test_each_correction_weighs_and_masks_as_its_numpy_reference(name, bounds):
 
 def test_geo_mask_drops_whole_responses_split_at_segment_boundaries():
     batch, prox, log_rho, mask, seg = _inputs(11, 0.015)
-    fixed, _ = correct(batch, prox, LearnerConfig(correction="geo_mask"))
+    fixed, _ = _correct(batch, prox, LearnerConfig(correction="geo_mask"))
     keep, ids = np.asarray(fixed.loss_mask), np_responses(mask, seg)
     for i in np.unique(ids[ids >= 0]):
         assert len(set(keep[ids == i].tolist())) == 1  # a response is kept or dropped whole
@@ -149,7 +153,8 @@ PLAIN = dataclasses.replace(CFG, kl_coef=0.0, entropy_coef=0.0, epochs=1, miniba
 def model_and_batch():
     model = tiny_model()
     batch = make_batch(model, critic=False).replace(ref_logprobs=None)
-    lp = jax.jit(lambda t, p, s: token_logprobs(model, t, p, s)[0])(batch.tokens, batch.positions, batch.segment_ids)
+    # the very program make_batch ran for its old log-probs (the same function and model): a compile-cache hit
+    lp, _ = jax.jit(lambda t, p, s: token_logprobs(model, t, p, s))(batch.tokens, batch.positions, batch.segment_ids)
     return model, batch, np.asarray(lp, np.float64)
 
 
@@ -184,7 +189,7 @@ def test_the_corrected_loss_and_its_gradient_through_policy_loss_match_numpy(nam
     prox = np.where(mask, lp + rng.uniform(-0.3, 0.3, mask.shape), 0.0)
     behav = np.where(mask, prox - scale * rng.normal(size=mask.shape), 0.0)
     batch = batch.replace(old_logprobs=jnp.asarray(behav, jnp.float32))
-    fixed, _ = correct(batch, jnp.asarray(prox, jnp.float32), dataclasses.replace(PLAIN, correction=name))
+    fixed, _ = _correct(batch, jnp.asarray(prox, jnp.float32), dataclasses.replace(PLAIN, correction=name))
     low, high = CORRECTIONS.get(name).low, CORRECTIONS.get(name).high
     log_rho = np.asarray(jnp.asarray(prox, jnp.float32), np.float64) - np.asarray(batch.old_logprobs, np.float64)
     w, keep, _ = np_correction(name, log_rho, mask, np.asarray(batch.segment_ids), low, high)
@@ -260,7 +265,7 @@ def test_tis_cap_is_the_tis_entry_and_updates_as_the_former_formula(model_and_ba
     new, m = update(init_train_state(model, dataclasses.replace(PLAIN, tis_cap=1.5)), batch)
     assert float(m["is_capped_frac"]) > 0 and float(m["is_masked_frac"]) == 0
     state = init_train_state(model, PLAIN)
-    lp0 = jax.jit(policy_logprobs)(state, state.params, batch.tokens, batch.positions, batch.segment_ids)
+    lp0 = jnp.asarray(lp, jnp.float32)  # the learner's log-probs at the sampling params (the fixture's)
     w = jnp.where(batch.loss_mask, jnp.minimum(jnp.exp(lp0 - batch.old_logprobs), 1.5), 0.0)
     former, _ = update(state, batch.replace(old_logprobs=lp0, sampler_logprobs=batch.old_logprobs, is_weights=w))
     for a, b in zip(jax.tree.leaves(host(new.params)), jax.tree.leaves(host(former.params)), strict=True):
@@ -282,11 +287,11 @@ def test_tis_cap_is_the_tis_entry_and_updates_as_the_former_formula(model_and_ba
         ({"tis_cap": 2.0, "correction_high": 3.0}, "tis_cap and correction_low / correction_high both set"),
     ],
 )
-def test_bad_corrections_are_refused_naming_the_field(kwargs, message):
+def test_bad_corrections_are_refused_naming_the_field(kwargs, message, model_and_batch):
     cfg = LearnerConfig(**kwargs)
     assert message in " | ".join(correction_errors(cfg))
     with pytest.raises(ValueError, match="LearnerConfig: "):
-        init_train_state(tiny_model(), cfg)
+        init_train_state(model_and_batch[0], cfg)  # refused before it touches the model
 
 
 def test_good_corrections_pass():

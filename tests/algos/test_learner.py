@@ -1,6 +1,7 @@
 """The learner: packed-episode gradient, meshes vs one device, determinism, the non-finite guard, the critic."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -27,11 +28,34 @@ from tests.algos.helpers import CFG, MODEL_CFG, host, make_batch, tiny_model
 
 _logprobs = jax.jit(token_logprobs)
 
+# The update's config is static: each distinct LearnerConfig (and batch structure) is a program of its own, so the
+# tests below share these where the config is not what they test.
+# One minibatch, no KL or entropy term: the loss has a closed form in the log-probs (tis tests, mismatch logging);
+# the leanest update program (bf16).
+ONE = dataclasses.replace(CFG, kl_coef=0.0, entropy_coef=0.0, epochs=1, minibatches=1, shuffle=False)
+# Two unshuffled minibatches (minibatch m holds the rows r with r mod 2 == m: `_split`), so 2 optimizer steps per
+# update, under a linear decay to 0 over 4 steps (the schedule test, mismatch logging, remat).
+TWO = dataclasses.replace(ONE, minibatches=2, schedule="linear", decay_steps=4)
+
+
+@functools.cache
+def _model() -> nnx.Module:
+    """`tiny_model()`, built once (each init traces its programs anew). Nothing mutates it: `init_train_state` places
+    copies of its variables, and `update` donates only those."""
+    return tiny_model()
+
+
+@functools.cache
+def _batch(critic: bool = False) -> TrainBatch:
+    """`make_batch(tiny_model())`, built once: make_batch jits the model's forward anew on every call. Arrays are
+    immutable and `update` donates only the state, so tests share it."""
+    return make_batch(_model(), critic=critic)
+
 
 def _run(mesh_cfg=None, micro=2, batch=None, cfg=CFG, updates=1):
     mesh = None if mesh_cfg is None else make_mesh(mesh_cfg)
-    model = tiny_model()
-    batch = make_batch(model) if batch is None else batch
+    model = _model()
+    batch = _batch() if batch is None else batch
     state = init_train_state(model, LearnerConfig(**{**cfg.__dict__, "micro_batch_size": micro}), mesh)
     batch = jax.device_put(batch, jax.devices()[0]) if mesh is None else shard_batch(batch, mesh)
     for _ in range(updates):
@@ -68,7 +92,9 @@ def _episode_rows():
         [0.0] * 3 + [A0] * 2 + [0.0] * 2 + [A1] * 3,
     )
     ep2 = (q0 + b0, [False] * 2 + [True] * 2, [0.0] * 2 + [B0] * 2)
-    packed = [row([ep1, ep2])]
+    # the packed view's one row, padded with empty rows (segment 0, no loss) to the per-transition view's 3 rows:
+    # both views then run one compiled program
+    packed = [row([ep1, ep2]), row([]), row([])]
     per_transition = [
         row([(p0 + a0, [False] * 3 + [True] * 2, [0.0] * 3 + [A0] * 2)]),
         row([(p0 + a0 + o1 + a1, [False] * 7 + [True] * 3, [0.0] * 7 + [A1] * 3)]),
@@ -95,7 +121,7 @@ def _to_batch(rows, model):
 def test_packed_episode_gradient_equals_per_transition_gradient():
     """PPO + KL + entropy, token-mean. The summed gradients are equal, so token_sum_norm's (only its constant
     normaliser differs between views) follows."""
-    model = tiny_model()
+    model = _model()
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     cfg = LearnerConfig(kl_coef=0.1, entropy_coef=0.01)
     packed, per_transition = _episode_rows()
@@ -108,11 +134,11 @@ def test_packed_episode_gradient_equals_per_transition_gradient():
     g_packed, d_packed = grads(_to_batch(packed, model))
     g_rows, d_rows = grads(_to_batch(per_transition, model))
     assert float(d_packed) == float(d_rows) == 7.0  # 5 action tokens in episode 1, 2 in episode 2
-    flat_p, flat_r = jax.tree.leaves(g_packed), jax.tree.leaves(g_rows)
-    assert max(float(jnp.abs(x).max()) for x in flat_p) > 1e-4  # a real, nonzero gradient
-    for a, b in zip(flat_p, flat_r):
+    flat_p, flat_r = jax.tree.leaves(host(g_packed)), jax.tree.leaves(host(g_rows))
+    assert max(float(np.abs(x).max()) for x in flat_p) > 1e-4  # a real, nonzero gradient
+    for a, b in zip(flat_p, flat_r, strict=True):
         # float32 sums run in a different order in the two layouts: the absolute slack scales with the leaf
-        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-4 * float(jnp.abs(b).max()) + 1e-9)
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-4 * float(np.abs(b).max()) + 1e-9)
 
 
 # ----------------------------------------------------------------------------- meshes, determinism, guard
@@ -124,7 +150,7 @@ def _norm(a, b) -> float:
 
 @pytest.mark.slow
 def test_update_on_meshes_equals_one_device():
-    init = host(nnx.state(tiny_model(), nnx.Param))
+    init = host(nnx.state(_model(), nnx.Param))
     ref_params, ref_m = _run(None, micro=2)
     change = _norm(ref_params, init)
     for mesh_cfg, micro in ((MeshConfig(data=2, fsdp=2, tensor=2), 4), (MeshConfig(data=8), 8)):
@@ -137,8 +163,8 @@ def test_update_on_meshes_equals_one_device():
 
 
 def test_update_is_deterministic_and_learns():
-    model = tiny_model()
-    batch = make_batch(model)
+    model = _model()
+    batch = _batch()
     p1, m1 = _run(None, batch=batch)
     p2, m2 = _run(None, batch=batch)
     for a, b in zip(jax.tree.leaves((p1, m1)), jax.tree.leaves((p2, m2))):
@@ -154,8 +180,8 @@ def test_update_is_deterministic_and_learns():
 
 
 def test_nonfinite_gradients_skip_the_step():
-    model = tiny_model()
-    batch = make_batch(model)
+    model = _model()
+    batch = _batch()
     init = host(nnx.state(model, nnx.Param))
     # built from batch.advantages so the dtype stays strong f32 (a weak type would recompile)
     all_nan = batch.replace(advantages=jnp.where(batch.loss_mask, jnp.nan, batch.advantages))
@@ -176,9 +202,9 @@ def test_nonfinite_gradients_skip_the_step():
 
 @pytest.mark.slow
 def test_critic_trains_inside_the_same_update():
-    model = tiny_model()
+    model = _model()
     critic = make_critic(MODEL_CFG, policy=model)
-    batch = make_batch(model, critic=True)
+    batch = _batch(critic=True)
     cfg = LearnerConfig(lr=1e-3, critic_lr=3e-3, value_clip=None, epochs=2, minibatches=1)
     state = init_train_state(model, cfg, critic=critic)
     losses = []
@@ -207,21 +233,20 @@ def test_schedules():
 
 def test_update_follows_a_schedule():
     # the reported lr is the schedule at the optimizer's step count; chains of optax states are tuples, whose
-    # `.count` method once passed for the count and crashed every non-constant schedule
-    model = tiny_model()
-    batch = make_batch(model)
-    cfg = LearnerConfig(lr=1.0, schedule="linear", decay_steps=4, minibatches=2, max_grad_norm=1.0)
-    state = init_train_state(model, cfg)
+    # `.count` method once passed for the count and crashed every non-constant schedule (TWO: a linear decay over
+    # 4 steps, 2 steps an update, behind clip_by_global_norm: a chain). Its program is the mismatch test's.
+    assert TWO.schedule == "linear" and TWO.decay_steps == 4 and TWO.max_grad_norm is not None
+    state = init_train_state(_model(), TWO)
     lrs = []
     for _ in range(2):
-        state, m = update(state, batch)
+        state, m = update(state, _batch().replace(ref_logprobs=None))
         lrs.append(float(m["lr"]))
-    np.testing.assert_allclose(lrs, [0.5, 0.0], atol=1e-6)  # counts 2 and 4 of a 4-step decay
+    np.testing.assert_allclose(lrs, [0.5 * TWO.lr, 0.0], rtol=1e-6, atol=1e-9)  # counts 2 and 4 of a 4-step decay
 
 
 def test_bad_configs_give_clear_errors():
-    model = tiny_model()
-    batch = make_batch(model)
+    model = _model()
+    batch = _batch()
     with pytest.raises(ValueError, match="minibatch of 8 rows .* not divisible by micro_batch_size 3"):
         update(init_train_state(model, LearnerConfig(minibatches=2, micro_batch_size=3)), batch)
     with pytest.raises(ValueError, match="not divisible into minibatches=3"):
@@ -240,30 +265,29 @@ def test_bad_configs_give_clear_errors():
 
 
 def _on_policy(model, batch):
-    logp, _ = jax.jit(lambda t, p, s: token_logprobs(model, t, p, s))(batch.tokens, batch.positions, batch.segment_ids)
+    logp, _ = _logprobs(model, batch.tokens, batch.positions, batch.segment_ids)
     return np.asarray(logp, np.float64)
 
 
 @pytest.mark.slow
 def test_update_logs_the_sampler_learner_mismatch_on_action_tokens():
-    model = tiny_model()
-    batch = make_batch(model, critic=False)
+    model = _model()
+    batch = _batch()
     lp = _on_policy(model, batch)
     mask = np.asarray(batch.loss_mask)
     rng = np.random.default_rng(3)
     d = np.where(mask, rng.uniform(-0.3, 0.3, mask.shape), 0.0)  # sampler = learner - d
     batch = batch.replace(old_logprobs=jnp.asarray(np.where(mask, lp - d, 0.0), jnp.float32), ref_logprobs=None)
-    cfg = dataclasses.replace(CFG, kl_coef=0.0, epochs=1, minibatches=1)
-    _, m = update(init_train_state(model, cfg), batch)
+    # one minibatch: the first optimizer step's is the whole batch (the program of the tis test's ppo case)
+    _, m = update(init_train_state(model, ONE), batch)
     np.testing.assert_allclose(float(m["logprob_diff_mean"]), np.abs(d)[mask].mean(), rtol=1e-4)
     np.testing.assert_allclose(float(m["logprob_diff_max"]), np.abs(d)[mask].max(), rtol=1e-4)
     kl = np.exp(d) - 1.0 - d  # k3 of log(sampler / learner) = -d
     np.testing.assert_allclose(float(m["sampler_kl"]), kl[mask].mean(), rtol=1e-3)
     # two minibatches: the first one's tokens only, unless tis_cap has the whole batch's learner log-probs
-    cfg2 = dataclasses.replace(cfg, minibatches=2, micro_batch_size=None, shuffle=False)
-    _, m = update(init_train_state(model, cfg2), batch)  # minibatch 0: the even rows (`_split`: row mod M)
+    _, m = update(init_train_state(model, TWO), batch)  # minibatch 0: the even rows (`_split`: row mod M)
     np.testing.assert_allclose(float(m["logprob_diff_mean"]), np.abs(d[::2])[mask[::2]].mean(), rtol=1e-4)
-    _, m = update(init_train_state(model, dataclasses.replace(cfg2, tis_cap=100.0)), batch)
+    _, m = update(init_train_state(model, dataclasses.replace(TWO, tis_cap=100.0)), batch)
     np.testing.assert_allclose(float(m["logprob_diff_mean"]), np.abs(d)[mask].mean(), rtol=1e-4)
     np.testing.assert_allclose(float(m["logprob_diff_max"]), np.abs(d)[mask].max(), rtol=1e-4)
     np.testing.assert_allclose(float(m["sampler_kl"]), kl[mask].mean(), rtol=1e-3)
@@ -271,15 +295,15 @@ def test_update_logs_the_sampler_learner_mismatch_on_action_tokens():
 
 @pytest.mark.parametrize("policy_loss", ["reinforce", "ppo"])
 def test_truncated_importance_weight_on_the_sampler_learner_ratio(policy_loss):
-    model = tiny_model()
-    batch = make_batch(model, critic=False)
+    model = _model()
+    batch = _batch()
     lp = _on_policy(model, batch)
     mask = np.asarray(batch.loss_mask)
     adv = np.asarray(batch.advantages, np.float64)
     rng = np.random.default_rng(4)
     d = np.where(mask, rng.uniform(-1.0, 1.0, mask.shape), 0.0)  # learner - sampler, some beyond the cap
     batch = batch.replace(old_logprobs=jnp.asarray(np.where(mask, lp - d, 0.0), jnp.float32), ref_logprobs=None)
-    base = dataclasses.replace(CFG, kl_coef=0.0, entropy_coef=0.0, epochs=1, minibatches=1, policy_loss=policy_loss)
+    base = dataclasses.replace(ONE, policy_loss=policy_loss)
     cap = 1.5
     w = np.minimum(np.exp(d), cap)
     # reinforce: -A logp w; ppo against the learner's own log-probs (ratio 1 at the sampling params): -A w
@@ -297,33 +321,40 @@ def test_truncated_importance_weight_on_the_sampler_learner_ratio(policy_loss):
 @pytest.mark.parametrize("rank", [0, 4], ids=["full", "lora"])
 def test_remat_updates_as_without_it_with_a_frozen_base_and_tis(rank):
     """Remat ran as `nnx.remat`, which writes back the Variables of the block it wraps and raised TraceContextError
-    for Variables from an outer trace: LoRA's frozen base under `jax.grad`, the params inside tis_cap's `lax.scan`."""
-    cfg = dataclasses.replace(CFG, tis_cap=2.0)
-    batch = make_batch(tiny_model())  # at init an adapted model equals its base: on-policy either way
+    for Variables from an outer trace: LoRA's frozen base under `jax.grad`, the params inside tis_cap's `lax.scan`.
+    (The config and batch structure are the mismatch test's third update: the full model's run without remat is
+    that program.)"""
+    cfg = dataclasses.replace(TWO, tis_cap=100.0)
+    batch = _batch().replace(ref_logprobs=None)  # at init an adapted model equals its base: on-policy either way
     out = []
     for remat in ("none", "full"):
         mcfg = MODEL_CFG.replace(remat=remat, lora=LoraConfig(rank=rank))
         state, m = update(init_train_state(init_model(mcfg, seed=0), cfg), batch)
         out.append((host(state.params), host(m)))
-    # recomputed activations round differently; Adam (4 steps at lr 3e-3) carries that into a few weights
+    # recomputed activations round differently; Adam (2 steps at lr <= 3e-3) carries that into a few weights
     for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1]), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("with_critic", [False, True])
-def test_bfloat16_params_train_in_their_dtype(with_critic):
+def test_bfloat16_params_train_in_their_dtype():
     # the Qwen presets could set bf16 params: the accumulated gradients are float32 (divided by the token count)
-    # and must meet the optimizer in the params' dtype, or the scan's carry changes dtype and the update fails
+    # and must meet the optimizer in the params' dtype, or the scan's carry changes dtype and the update fails.
+    # One update with a critic runs both the policy's and the critic's optimizer steps in bf16 (the policy's is
+    # the same code with or without a critic), so one program checks both.
     cfg = dataclasses.replace(MODEL_CFG, param_dtype="bfloat16", dtype="bfloat16")
     model = init_model(cfg, seed=0)
-    critic = make_critic(cfg) if with_critic else None
-    state = init_train_state(model, CFG, critic=critic)
-    before = host(state.params)  # update donates the state
-    new, m = update(state, make_batch(model, critic=with_critic))
+    state = init_train_state(model, ONE, critic=make_critic(cfg))  # the leanest update: the dtypes are the point
+    before = host((state.params, state.critic_params))  # update donates the state
+    # the batch of the float32 model with the same seed: its old log-probs are near this model's
+    new, m = update(state, _batch(critic=True))
     assert np.isfinite(float(m["loss"])) and float(m["skipped"]) == 0
-    after = host(new.params)
-    assert all(a.dtype == b.dtype == jnp.bfloat16 for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)))
-    assert any(np.any(a != b) for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)))
-    if with_critic:
-        assert np.isfinite(float(m["value_loss"]))
+    after = host((new.params, new.critic_params))
+    # every param keeps its dtype, and both the policy and the critic moved; the policy is all bf16, the critic's
+    # trunk too (its value head is float32)
+    for b, a in zip(before, after, strict=True):
+        assert all(x.dtype == y.dtype for x, y in zip(jax.tree.leaves(b), jax.tree.leaves(a), strict=True))
+        assert any(np.any(x != y) for x, y in zip(jax.tree.leaves(b), jax.tree.leaves(a)))
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(after[0]))
+    assert after[1]["embed"].value.dtype == jnp.bfloat16
+    assert np.isfinite(float(m["value_loss"])) and float(m["critic_grad_norm"]) > 0
