@@ -14,7 +14,6 @@ from flax import nnx
 
 from experiments import export as export_cli
 from jgem.checkpoint import CheckpointConfig, Checkpointer, ConfigMismatchError
-from jgem.metrics import read_jsonl
 from jgem.models.config import LoraConfig, preset
 from jgem.models.head import token_logprobs
 from jgem.models.tokenizer import TINY_TOKENIZER_DIR
@@ -24,7 +23,9 @@ from jgem.train.loop import params_digest
 from tests.train_utils import MICRO, small_config
 
 LORA = LoraConfig(rank=4, alpha=8.0)
-WARM = {"steps": 1, "episodes_per_step": 4}  # a supervised step moves the adapters for sure (RL may not)
+# a supervised step moves the adapters for sure (RL may not), and by enough to show in the logits; one setting for
+# every LoRA test here, so that they share its compiled step
+WARM = {"steps": 1, "episodes_per_step": 4, "lr": 1e-2}
 
 
 def _leaves(tree) -> list[np.ndarray]:
@@ -64,11 +65,12 @@ def test_ppo_with_lora_trains_the_critics_adapters_and_value_head(tmp_path):
     names = {".".join(map(str, p)) for p, _ in nnx.to_flat_state(tr.state.critic_params)}
     assert {"value_w", "value_b"} <= names
     assert all(n.endswith((".lora_a", ".lora_b")) for n in names - {"value_w", "value_b"})
-    frozen = params_digest(tr.state.critic_state)
-    tr.run()
+    frozen, trained = params_digest(tr.state.critic_state), params_digest(tr.state.critic_params)
+    metrics = tr.train_step(0)  # one RL step, as a run makes it (without its checkpoint and logs)
+    tr.close()
     assert params_digest(tr.state.critic_state) == frozen
-    rows = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "train/value_loss" in r]
-    assert len(rows) == 1 and np.isfinite(rows[0]["train/value_loss"])
+    assert params_digest(tr.state.critic_params) != trained
+    assert np.isfinite(metrics["train/value_loss"])
 
 
 def test_a_run_from_before_lora_resumes_and_a_changed_lora_is_refused(tmp_path, monkeypatch):
@@ -96,9 +98,10 @@ def test_sampler_and_learner_see_the_adapted_model_and_the_reference_is_the_base
     update. With remat, as the large presets train."""
     cfg = small_config(str(tmp_path), steps=1, model={"lora": LORA, "remat": "full"}, learner={"kl_coef": 0.1})
     tr = Trainer(cfg)
-    keys = iter(jax.random.split(jax.random.key(1), len(jax.tree.leaves(tr.state.params))))
+    rng = np.random.default_rng(1)  # on the host: no program per adapter shape
     moved = jax.tree.map(
-        lambda x: x + jax.device_put(0.3 * jax.random.normal(next(keys), x.shape, x.dtype), x.sharding), tr.state.params
+        lambda x: jax.device_put(np.asarray(x) + 0.3 * rng.standard_normal(x.shape).astype(x.dtype), x.sharding),
+        tr.state.params,
     )
     tr.state = tr.state.replace(params=moved)
     episodes = tr.collect(0)
@@ -116,15 +119,25 @@ def test_sampler_and_learner_see_the_adapted_model_and_the_reference_is_the_base
     np.testing.assert_allclose(np.asarray(after.ref_logprobs)[mask], base[mask], atol=1e-5)
 
 
-def test_a_lora_run_resumes_exactly(tmp_path):
+ARGS = dict(model={"lora": LORA}, warm_start=WARM)
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory) -> Trainer:
+    """A LoRA run, never interrupted: the warm start's supervised step, then 2 RL steps (checkpoints 0, 1, 2)."""
+    straight = Trainer(small_config(str(tmp_path_factory.mktemp("lora") / "a"), steps=2, **ARGS))
+    straight.run()
+    return straight
+
+
+@pytest.mark.xdist_group("lora-run")  # with the export test: one lora_run
+def test_a_lora_run_resumes_exactly(tmp_path, lora_run):
     """The adapters and their optimizer state restore bit-exactly, and a run resumed after step 1 ends where one
     never interrupted does."""
-    args = dict(model={"lora": LORA}, warm_start=WARM)
-    straight = Trainer(small_config(str(tmp_path / "a"), steps=2, **args))
-    straight.run()
-    first = Trainer(small_config(str(tmp_path / "b"), steps=1, **args))
+    straight = lora_run
+    first = Trainer(small_config(str(tmp_path / "b"), steps=1, **ARGS))
     first.run()
-    resumed = Trainer(small_config(str(tmp_path / "b"), steps=2, **args))
+    resumed = Trainer(small_config(str(tmp_path / "b"), steps=2, **ARGS))
     with Checkpointer(CheckpointConfig(str(tmp_path / "b" / "checkpoints"))) as ckpt:
         restored = ckpt.restore_latest(resumed.state).state
     for field in ("params", "opt_state", "model_state", "step", "rng"):
@@ -154,23 +167,32 @@ def _ids(path) -> np.ndarray:
     return np.array([AutoTokenizer.from_pretrained(path)("Guess a number between 1 and 4. \\boxed{3}")["input_ids"]])
 
 
+@nnx.jit
+def _forward(model, ids, positions):
+    return model(ids, positions)[0]
+
+
+def _logits(model, ids: np.ndarray) -> np.ndarray:
+    """The model's logits on `ids` [1, T] (one compiled program, not one per operation)."""
+    return np.asarray(_forward(model, ids.astype(np.int32), np.arange(ids.shape[1], dtype=np.int32)[None]))
+
+
 def _jgem_logits(trainer: Trainer, ids: np.ndarray) -> np.ndarray:
-    return np.asarray(trainer.state.model()(ids.astype(np.int32), np.arange(ids.shape[1])[None])[0])
+    return _logits(trainer.state.model(), ids)
 
 
 @pytest.mark.parity
-def test_an_exported_lora_run_loads_in_transformers_with_the_adapted_logits(tmp_path):
-    # the warm start's supervised step is the training (steps=0: no RL step after it)
-    cfg = small_config(str(tmp_path / "run"), steps=0, model={"lora": LORA}, warm_start={**WARM, "lr": 1e-2})
-    trainer = Trainer(cfg)
-    trainer.run()
+@pytest.mark.xdist_group("lora-run")  # with the resume test: one lora_run
+def test_an_exported_lora_run_loads_in_transformers_with_the_adapted_logits(tmp_path, lora_run):
+    # the LoRA run's latest checkpoint: its warm start's supervised step and 2 RL steps trained the adapters
+    trainer, cfg = lora_run, lora_run.cfg
     out = tmp_path / "hf"
     export_cli.main([cfg.run_dir, "--out", str(out)])
     exported = json.loads((out / "config.json").read_text())
     assert not any("lora" in k for k in exported), "transformers gets a plain model"
     ids = _ids(out)
     ours = _jgem_logits(trainer, ids)
-    base = np.asarray(Transformer(preset(MICRO), rngs=nnx.Rngs(cfg.seed))(ids, np.arange(ids.shape[1])[None])[0])
+    base = _logits(Transformer(preset(MICRO), rngs=nnx.Rngs(cfg.seed)), ids)
     assert np.abs(ours - base).max() > 1e-3, "the trained adapters must matter, or the merge is not tested"
     np.testing.assert_allclose(_hf_logits(out, ids), ours, atol=1e-4, rtol=1e-4)
 
@@ -199,16 +221,14 @@ def test_a_run_from_a_tiny_hf_checkpoint_exports_its_architecture_and_trained_lo
     """A random Qwen3 written by transformers (with the shipped tokenizer) trains one step through the trainer
     (`model.path`, LoRA on: the base from the checkpoint, fresh adapters), exports, and comes back with the
     source's architecture and the trained model's logits."""
-    from tests.models.helpers import save_hf, torch_model
+    from tests.models.helpers import save_hf, torch_logits, torch_model
 
     src = tmp_path / "src"
     hf = torch_model("qwen3", vocab_size=1024, hidden_size=64, num_key_value_heads=1, rms_norm_eps=1e-5, head_dim=16)
     save_hf(hf, str(src))
     for f in TINY_TOKENIZER_DIR.iterdir():
         shutil.copy(f, src / f.name)
-    cfg = small_config(
-        str(tmp_path / "run"), steps=0, model={"path": str(src), "lora": LORA}, warm_start={**WARM, "lr": 1e-2}
-    )
+    cfg = small_config(str(tmp_path / "run"), steps=0, model={"path": str(src), "lora": LORA}, warm_start=WARM)
     trainer = Trainer(cfg)
     assert trainer.model_cfg.lora == LORA
     trainer.run()
@@ -220,6 +240,7 @@ def test_a_run_from_a_tiny_hf_checkpoint_exports_its_architecture_and_trained_lo
     assert _rope_theta(exported) == _rope_theta(source) == 10000.0
     ids = _ids(out)
     ours = _jgem_logits(trainer, ids)
-    assert np.abs(_hf_logits(src, ids) - ours).max() > 1e-3, "one step must move the model, or parity is trivial"
+    # the source's logits from the model that wrote it (the same weights, not loaded again)
+    assert np.abs(torch_logits(hf, ids) - ours).max() > 1e-3, "one step must move the model, or parity is trivial"
     np.testing.assert_allclose(_hf_logits(out, ids), ours, atol=1e-4, rtol=1e-4)
     assert (out / "tokenizer.json").is_file()

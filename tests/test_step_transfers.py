@@ -4,59 +4,35 @@ Every algorithm's step (`Trainer.learn`: pack, upload, one program, download) ru
 `jax.transfer_guard("disallow_explicit")`, which fails any host<->device copy, explicit or implicit, except inside
 the trainer's `upload` and `download`, which are counted. A host round trip in between (reading the reference
 log-probs or the critic's values on the host, uploading advantages) raises.
+
+The trainers are tests/algo_step_trainers.py's (8 episodes of test:scored-talk, 2-5 turns cut at 3: PPO bootstraps
+some), shared with the trainer-level reference tests; every update of theirs runs under this guard
+(`guarded_learn`), so a step's first, compiling call is checked whichever test makes it.
 """
 
 from __future__ import annotations
 
 import math
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from jgem.algos.algorithms import ALGORITHMS
-from jgem.train import Trainer
-from tests.test_train_reference import ScoredTalkEnv  # noqa: F401  (registers test:scored-talk)
-from tests.train_utils import small_config
+from tests.algo_step_trainers import KL_COEF, XDIST_GROUP, guard_is_on, guarded_learn, shared
 
-# ppo with a KL penalty in its loss: the reference log-probs and the critic's values both on the devices
-CASES = [(name, 0.0) for name in ALGORITHMS.names() if name != "reinforce_pp"] + [("reinforce_pp", 0.1), ("ppo", 0.1)]
+# REINFORCE++ folds its KL penalty (KL_COEF) into the rewards; ppo also with a KL penalty in its loss: the reference
+# log-probs and the critic's values both on the devices
+CASES = [(name, None) for name in ALGORITHMS.names()] + [("ppo", 0.1)]
 
 
-@pytest.mark.parametrize(("algorithm", "kl_coef"), CASES, ids=[f"{a}-kl{k}" for a, k in CASES])
-def test_a_step_uploads_once_and_downloads_once(tmp_path, algorithm, kl_coef):
-    cfg = small_config(
-        str(tmp_path),
-        algorithm=algorithm,
-        episodes_per_step=8,
-        env={"env_id": "test:scored-talk"},  # 2-5 turns, cut at 3: ppo bootstraps some
-        curriculum={"horizons": (3,), "stage_steps": 100},
-        learner={"kl_coef": kl_coef, "lr": 1e-3},
-    )
-    tr = Trainer(cfg)
-    try:
-        episodes = tr.collect(0)
-        counts = {"upload": 0, "download": 0}
-        upload, download = tr.upload, tr.download
-
-        def counted(name, fn):
-            def call(*args):
-                counts[name] += 1
-                with jax.transfer_guard("allow"):
-                    return fn(*args)
-
-            return call
-
-        tr.upload, tr.download = counted("upload", upload), counted("download", download)
-        with jax.transfer_guard("disallow_explicit"):
-            with pytest.raises(Exception, match="Disallowed"):  # the guard is on: a stray copy would raise
-                np.asarray(jnp.ones(2) + 1)
-            for step in (1, 2):  # the first call compiles; the second is a step as a run makes it
-                metrics = tr.learn(episodes)
-                assert counts == {"upload": step, "download": step}
-        assert math.isfinite(metrics["loss"]) and metrics["batch/loss_tokens"] > 0
-        if algorithm == "ppo":
-            assert "value_loss" in metrics and metrics["rollout/bootstrapped"] > 0
-    finally:
-        tr.pool.close()
+@pytest.mark.xdist_group(XDIST_GROUP)  # the trainers are shared with test_train_reference and test_gspo_cispo
+@pytest.mark.parametrize(("algorithm", "kl_coef"), CASES, ids=[f"{a}-kl{k}" if k else a for a, k in CASES])
+def test_a_step_uploads_once_and_downloads_once(algorithm, kl_coef):
+    tr, episodes = shared(algorithm, kl_coef)
+    assert tr.cfg.learner.kl_coef == (KL_COEF if algorithm == "reinforce_pp" else kl_coef or 0.0)
+    assert guard_is_on(), "under the guard a stray copy must raise"
+    for _ in (1, 2):  # the first call may compile (unless another test's step did); the second is a step as in a run
+        metrics, counts = guarded_learn(tr, episodes)
+        assert counts == {"upload": 1, "download": 1}
+    assert math.isfinite(metrics["loss"]) and metrics["batch/loss_tokens"] > 0
+    if algorithm == "ppo":
+        assert "value_loss" in metrics and metrics["rollout/bootstrapped"] > 0

@@ -1,48 +1,27 @@
 """Every algorithm, proven at the trainer level: the trainer's real path (collect on a small deterministic env,
-`make_batch`) against plain numpy computed from the raw episodes.
+`make_batch`, the step `learn` runs) against plain numpy computed from the raw episodes.
 
 For each algorithm the advantage on every action token of the packed batch, the critic targets (PPO) and the
 learner's loss equal a numpy reference built from the episodes' per-turn rewards, gamma, groups, truncation
 (GAE bootstraps a truncated episode from the critic's value of the state it was cut in) and the KL to the
 reference policy (REINFORCE++ folds it into the rewards). Log-probs and values for the reference are computed
-per episode, on its own unpacked stream, so the packing is checked too.
+per episode, on its own unpacked stream, so the packing is checked too. The trainers (one per algorithm, with the
+setup, the env and step 0's episodes) are tests/algo_step_trainers.py's, shared with test_step_transfers.py and
+algos/test_gspo_cispo.py.
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from jgem.algos.learner import update
 from jgem.models.head import token_logprobs
-from jgem.registry import register
 from jgem.train import Trainer
-from tests.rollout.envs import TalkEnv
-from tests.train_utils import small_config
+from tests.algo_step_trainers import GAMMA, KL_COEF, LAM, XDIST_GROUP, guarded_learn, shared
 
 EPS = 1e-6
-GAMMA = 0.9
-LAM = 0.8
-KL_COEF = 0.5
-
-
-class ScoredTalkEnv(TalkEnv):
-    """TalkEnv (2 + seed % 4 turns, whatever is said) with a reward that also varies from step to step (a counter
-    over all instances; an untrained model's actions are all cut, so the env sees one text), so the episodes of
-    one group differ and every estimator has something to normalise. The references read the recorded rewards."""
-
-    steps = 0
-
-    def step(self, action: str):
-        obs, reward, done, truncated, info = super().step(action)
-        ScoredTalkEnv.steps += 1
-        return obs, reward + 0.25 * (ScoredTalkEnv.steps * 7 % 5), done, truncated, info
-
-
-register("test:scored-talk", ScoredTalkEnv, overwrite=True)
 
 
 def np_returns(r: np.ndarray, gamma: float) -> np.ndarray:
@@ -168,25 +147,16 @@ def _locate(batch, episodes) -> list[tuple[int, int]]:
 ALGORITHMS = ["rebn", "reinforce", "grpo", "drgrpo", "rloo", "reinforce_pp", "ppo"]
 
 
+@pytest.mark.xdist_group(XDIST_GROUP)  # the trainers are shared with test_step_transfers and test_gspo_cispo
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_trainer_advantages_and_loss_equal_a_numpy_reference(tmp_path, algorithm):
+def test_trainer_advantages_and_loss_equal_a_numpy_reference(algorithm):
     grouped = algorithm in ("grpo", "drgrpo", "rloo")
-    cfg = small_config(
-        str(tmp_path),
-        algorithm=algorithm,
-        gamma=GAMMA,
-        lam=LAM,
-        episodes_per_step=8,
-        group_size=4 if grouped else 1,
-        curriculum={"horizons": (3,), "stage_steps": 100},  # a turn limit: some episodes are cut (truncated)
-        learner={"kl_coef": KL_COEF if algorithm == "reinforce_pp" else 0.0},
-        env={"env_id": "test:scored-talk"},
-    )
-    tr = Trainer(cfg)
-    if algorithm == "reinforce_pp":  # a reference policy apart from the sampler, so the KL term is not ~0
-        ref = jax.tree.map(lambda x: x + 0.05 * jax.random.normal(jax.random.key(1), x.shape, x.dtype), tr.state.params)
-        tr.state = tr.state.replace(ref_params=ref)
-    episodes = [e for e in tr.collect(0) if e.fault is None and e.num_turns > 0]
+    # 8 episodes cut at 3 turns (some truncated), groups of 4 when grouped, and for REINFORCE++ a KL_COEF penalty
+    # to a reference policy apart from the sampler (so the KL term is not ~0): tests/algo_step_trainers.py
+    tr, played = shared(algorithm)
+    assert (tr.cfg.gamma, tr.cfg.lam, tr.cfg.group_size) == (GAMMA, LAM, 4 if grouped else 1)
+    assert tr.cfg.learner.kl_coef == (KL_COEF if algorithm == "reinforce_pp" else 0.0)
+    episodes = [e for e in played if e.fault is None and e.num_turns > 0]
     rewards = np.concatenate([e.rewards for e in episodes])
     assert np.ptp(rewards) > 0, "the reference needs varied rewards"
     if grouped:
@@ -228,6 +198,5 @@ def test_trainer_advantages_and_loss_equal_a_numpy_reference(tmp_path, algorithm
             a = ref_adv[i][k]
             num += np.maximum(-a * rho, -a * np.clip(rho, 1 - clip, 1 + clip)).sum()
             den += e - s
-    _, metrics = update(tr.state, batch)
+    metrics, _ = guarded_learn(tr, episodes)  # the trainer's step on the episodes (the batch `make_batch` gave)
     np.testing.assert_allclose(float(metrics["loss"]), num / den, rtol=1e-4, atol=1e-6)
-    tr.pool.close()

@@ -1,6 +1,7 @@
 """GSPO and CISPO against plain numpy: per-token losses, clip flags and gradients on a hand-built packed batch
 (several segments per row, several turns per segment), the response ids, the trainer's real path (collect,
-`make_batch`, `update`) against a reference built from the raw episodes, and the registry/config wiring.
+`make_batch`, the step `learn` runs) against a reference built from the raw episodes, and the registry/config
+wiring.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from flax import nnx
 from jgem.algos import losses
 from jgem.algos.algorithms import get_algorithm
 from jgem.algos.config import LearnerConfig
-from jgem.algos.learner import config_errors, init_train_state, update
+from jgem.algos.learner import config_errors, init_train_state
 from jgem.algos.types import TrainBatch
 from jgem.config import ConfigError, validate
-from jgem.train import Trainer
-from tests.test_train_reference import GAMMA, LAM, _locate, _logprobs, _turn_spans, reference_advantages
+from tests.algo_step_trainers import CLIP, XDIST_GROUP, guarded_learn, perturbed, shared
+from tests.test_train_reference import _locate, _logprobs, _turn_spans, reference_advantages
 from tests.train_utils import small_config
 
 # rows of packed segments ("|" between segments): p = prompt/observation token, a = action token; "." padding.
@@ -138,23 +139,15 @@ def test_response_ids_split_runs_at_segment_boundaries():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(XDIST_GROUP)  # the trainers are shared with test_train_reference and test_step_transfers
 @pytest.mark.parametrize("algorithm", ["gspo", "cispo"])
-def test_trainer_gspo_cispo_loss_equals_numpy(tmp_path, algorithm):
-    lo, hi = 0.08, 0.12
-    cfg = small_config(
-        str(tmp_path),
-        algorithm=algorithm,
-        gamma=GAMMA,
-        lam=LAM,
-        episodes_per_step=8,
-        group_size=4,
-        curriculum={"horizons": (3,), "stage_steps": 100},
-        learner={"clip_low": lo, "clip_high": hi},
-        env={"env_id": "test:scored-talk"},
-    )
-    tr = Trainer(cfg)
+def test_trainer_gspo_cispo_loss_equals_numpy(algorithm):
+    # tests/algo_step_trainers.py: 8 episodes of test:scored-talk cut at 3 turns, groups of 4, a narrow clip
+    tr, played = shared(algorithm)
+    lo, hi = CLIP[algorithm]
+    assert (tr.cfg.learner.clip_low, tr.cfg.learner.clip_high, tr.cfg.group_size) == (lo, hi, 4)
     assert tr.state.cfg.policy_loss == algorithm
-    episodes = [e for e in tr.collect(0) if e.fault is None and e.num_turns > 0]
+    episodes = [e for e in played if e.fault is None and e.num_turns > 0]
     batch, _ = tr.make_batch(episodes)
     ref_adv, _ = reference_advantages("grpo", episodes, tr)
     assert max(np.abs(a).max() for a in ref_adv) > 0.1, "some group must have returns that differ"
@@ -166,8 +159,7 @@ def test_trainer_gspo_cispo_loss_equals_numpy(tmp_path, algorithm):
     np.testing.assert_allclose(adv, expect, rtol=1e-4, atol=1e-5)
 
     # a learner apart from the sampler, so the ratios are not 1 and some fall outside the clip range
-    noise = lambda x: x + 0.02 * jax.random.normal(jax.random.key(3), x.shape, x.dtype)
-    tr.state = tr.state.replace(params=jax.tree.map(noise, tr.state.params))
+    tr.state = tr.state.replace(params=perturbed(tr.state.params, 0.02, seed=3))
     policy, temp = tr.state.model(), tr.cfg.learner.temperature
     num = den = 0.0
     n_clipped = n_kept = 0
@@ -185,9 +177,8 @@ def test_trainer_gspo_cispo_loss_equals_numpy(tmp_path, algorithm):
             n_clipped, n_kept = n_clipped + out.sum(), n_kept + (~out).sum()
             num, den = num + per.sum(), den + (e - s)
     assert n_clipped > 0 and n_kept > 0, (n_clipped, n_kept)
-    _, metrics = update(tr.state, batch)
+    metrics, _ = guarded_learn(tr, episodes)  # the trainer's step from the perturbed learner (batch as above)
     np.testing.assert_allclose(float(metrics["loss"]), num / den, rtol=1e-4, atol=1e-6)
-    tr.pool.close()
 
 
 def test_registry_and_config_wiring(tmp_path):
