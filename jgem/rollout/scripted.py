@@ -74,6 +74,8 @@ def scripted_episodes(
             text = solver.act(*tap.last, raw)
             if epsilon > 0 and rng.random() < epsilon:
                 text = raw.sample_random_action()
+                if hasattr(solver, "not_played"):  # its move was not played: a plan-following solver stays put
+                    solver.not_played(text)
             ids = chat.action_ids(text)
             obs, reward, terminated, truncated, info = env.step(text)
             k, logprobs = len(transitions), np.zeros(len(ids), np.float32)

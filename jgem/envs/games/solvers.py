@@ -16,6 +16,10 @@ from jgem.core import Env
 
 
 class Solver(Protocol):
+    """A solver may also define `not_played(played)`: called when the move `act` returned was replaced by `played`
+    (the warm start's random move), for a solver whose state advances with its own moves (the web tasks' plan); the
+    games' solvers read the board and feedback instead and need none."""
+
     def reset(self, obs: str, info: dict[str, Any], env: Env) -> None: ...
 
     def act(self, obs: str, info: dict[str, Any], env: Env) -> str: ...

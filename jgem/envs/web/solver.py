@@ -22,14 +22,25 @@ class Solver:
         self.plan: list[list[Any]] = []
         self.next = 0
         self.lost = 0
+        self.back_to: str | None = None  # the page to return to after a move it did not play (`not_played`)
+        self.undo = "go_back"  # the move that returns there
+        self._before: tuple[int, int, str | None] = (0, 0, None)  # (next, lost, url) before the last `act`
 
     def reset(self, obs: str, info: dict[str, Any], env: Env) -> None:
         task = info.get("task") or getattr(env.unwrapped, "task", None)  # the reset info carries it, also remotely
         if not task or "solution" not in task:
             raise KeyError(f"task {task and task.get('task_id')!r} has no solution to play (not a shipped task)")
         self.plan, self.next, self.lost = [list(s) for s in task["solution"]], 0, 0
+        self.back_to, self._before = None, (0, 0, None)
 
     def act(self, obs: str, info: dict[str, Any], env: Env) -> str:
+        url = _url(obs)
+        if self.back_to is not None:  # a move it did not play took the page elsewhere: step back to its page first
+            if url != self.back_to and self.lost < self.RETRIES:
+                self.lost += 1
+                return self.undo
+            self.back_to = None
+        self._before = (self.next, self.lost, url)
         if self.next >= len(self.plan):
             return "stop []"
         step = self.plan[self.next]
@@ -52,3 +63,19 @@ class Solver:
         if kind in ("go_back", "go_forward", "new_tab", "close_tab"):
             return kind
         raise ValueError(f"solution step {step}: unknown kind {kind!r}")
+
+    def not_played(self, played: str) -> None:
+        """The move `act` returned last was replaced by `played` (the warm start's random move): the plan stays where
+        it was, so the step is played later (the final `stop [answer]` too), after returning to the page it was on
+        if `played` navigated away (a URL-matched task is judged on the page it stops on): forward after a
+        `go_back`, back after anything else."""
+        self.next, self.lost, self.back_to = self._before
+        self.undo = "go_forward" if played.strip() == "go_back" else "go_back"
+
+
+def _url(obs: str) -> str | None:
+    """The page's URL from the observation's `URL: ...` line (`observation.footer`)."""
+    for line in reversed(obs.splitlines()):
+        if line.startswith("URL: "):
+            return line[5:].strip()
+    return None
