@@ -25,7 +25,7 @@ from jgem.registry import register
 from jgem.rollout.episode import Episode
 from jgem.train import Trainer
 from tests.rollout.envs import TalkEnv
-from tests.train_utils import small_config
+from tests.train_utils import perturbed, small_config
 
 XDIST_GROUP = "algo-step-trainers"
 GAMMA = 0.9
@@ -83,13 +83,6 @@ class Shared:
 
 
 _copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))
-
-
-def perturbed(params: Any, scale: float, *, seed: int) -> Any:
-    """`params` plus gaussian noise of std `scale`, drawn on the host (no program per parameter shape)."""
-    rng = np.random.default_rng(seed)
-    noisy = lambda x: np.asarray(x) + scale * rng.standard_normal(x.shape).astype(x.dtype)
-    return jax.tree.map(lambda x: jax.device_put(noisy(x), x.sharding), params)
 
 
 @functools.cache

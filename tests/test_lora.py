@@ -20,7 +20,7 @@ from jgem.models.tokenizer import TINY_TOKENIZER_DIR
 from jgem.models.transformer import Transformer
 from jgem.train import Trainer, train
 from jgem.train.loop import params_digest
-from tests.train_utils import MICRO, small_config
+from tests.train_utils import MICRO, perturbed, small_config
 
 LORA = LoraConfig(rank=4, alpha=8.0)
 # a supervised step moves the adapters for sure (RL may not), and by enough to show in the logits; one setting for
@@ -98,12 +98,7 @@ def test_sampler_and_learner_see_the_adapted_model_and_the_reference_is_the_base
     update. With remat, as the large presets train."""
     cfg = small_config(str(tmp_path), steps=1, model={"lora": LORA, "remat": "full"}, learner={"kl_coef": 0.1})
     tr = Trainer(cfg)
-    rng = np.random.default_rng(1)  # on the host: no program per adapter shape
-    moved = jax.tree.map(
-        lambda x: jax.device_put(np.asarray(x) + 0.3 * rng.standard_normal(x.shape).astype(x.dtype), x.sharding),
-        tr.state.params,
-    )
-    tr.state = tr.state.replace(params=moved)
+    tr.state = tr.state.replace(params=perturbed(tr.state.params, 0.3, seed=1))
     episodes = tr.collect(0)
     batch, _ = tr.make_batch(episodes)
     mask = np.asarray(batch.loss_mask)

@@ -47,6 +47,17 @@ def small_config(run_dir: str, **overrides) -> TrainConfig:
     return cfg
 
 
+def perturbed(params, scale: float, *, seed: int):
+    """`params` plus gaussian noise of std `scale`, drawn on the host (no program per parameter shape) and placed
+    with each leaf's sharding."""
+    import jax
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    noisy = lambda x: np.asarray(x) + scale * rng.standard_normal(x.shape).astype(x.dtype)
+    return jax.tree.map(lambda x: jax.device_put(noisy(x), x.sharding), params)
+
+
 def main() -> None:
     """argv[1]: JSON of small_config kwargs (with "run_dir"); runs the trainer and prints the summary."""
     from jgem.sharding.mesh import initialize

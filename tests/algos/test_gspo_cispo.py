@@ -20,9 +20,9 @@ from jgem.algos.config import LearnerConfig
 from jgem.algos.learner import config_errors, init_train_state
 from jgem.algos.types import TrainBatch
 from jgem.config import ConfigError, validate
-from tests.algo_step_trainers import CLIP, XDIST_GROUP, guarded_learn, perturbed, shared
+from tests.algo_step_trainers import CLIP, XDIST_GROUP, guarded_learn, shared
 from tests.test_train_reference import _locate, _logprobs, _turn_spans, reference_advantages
-from tests.train_utils import small_config
+from tests.train_utils import perturbed, small_config
 
 # rows of packed segments ("|" between segments): p = prompt/observation token, a = action token; "." padding.
 # Row 1's first segment ends on an action and its second starts on one: two responses that touch.
