@@ -62,6 +62,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import tempfile
 import time
 from functools import partial
@@ -238,6 +239,16 @@ def make_config(args, wl: Workload, mode: str, run_dir: str) -> TrainConfig:
     )
 
 
+def progress(wl: Workload, mode: str, phase: str, done: int, total: int, since: float, trainer: Trainer) -> None:
+    """One line on stderr per step: where the run is, its seconds so far and the engine's programs compiled."""
+    print(
+        f"[{wl.env_id} {mode}] {phase} step {done}/{total}: {time.perf_counter() - since:.1f} s, "
+        f"{trainer.engine.num_compilations} engine programs compiled",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def run_mode(args, wl: Workload, mode: str, run_dir: str) -> dict[str, Any]:
     """Warm-up and timed steps of one mode; the row's raw numbers."""
     t = time.perf_counter()
@@ -254,12 +265,15 @@ def run_mode(args, wl: Workload, mode: str, run_dir: str) -> dict[str, Any]:
         t = time.perf_counter()
         for step in range(args.warmup):
             trainer.train_step(step)
+            progress(wl, mode, "warm-up", step + 1, args.warmup, t, trainer)
         warmup_s = time.perf_counter() - t
         compiles = (trainer.engine.num_compilations, train_step._cache_size())
         CLOCK.seconds, CLOCK.on = 0.0, True
         probe.window()
+        t = time.perf_counter()
         for step in range(args.warmup, args.warmup + args.steps):
             m = trainer.train_step(step)
+            progress(wl, mode, "timed", step + 1 - args.warmup, args.steps, t, trainer)
             stale = staleness(probe.trained, step)
             for v, c in zip(*np.unique(stale, return_counts=True)):
                 hist[int(v)] = hist.get(int(v), 0) + int(c)
