@@ -155,6 +155,9 @@ class WarmStartConfig:
     """learning rate of the warm start"""
     epsilon: float = 0.0
     """chance per turn that the teacher plays a random action instead"""
+    teacher: str = "solver"
+    """the scripted player imitated: the game's reference solver, or one of its named weaker teachers
+    (GuessTheNumber: 'uniform', a guess drawn among the numbers the hints leave possible)"""
     epochs: int = 1
     """passes over each batch of teacher episodes"""
     minibatches: int = 1
@@ -455,12 +458,17 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     errors += tool_errors(tuple(cfg.env.tools), cfg.env.mcp_server, cfg.env.tool_format)
     errors += log_errors(cfg.log, f)
     if cfg.warm_start.steps > 0 and known_env:  # an unknown id has its own message; no solver hint on top
-        from jgem.envs.games.solvers import has_solver
+        from jgem.envs.games.solvers import has_solver, teachers
 
         if not has_solver(cfg.env.env_id):
             errors.append(
                 f"{f('warm_start.steps')} {cfg.warm_start.steps} needs a game with a scripted solver, and "
                 f"{cfg.env.env_id!r} has none; set --warm-start.steps 0"
+            )
+        elif cfg.warm_start.teacher not in (known := teachers(cfg.env.env_id)):
+            errors.append(
+                f"{f('warm_start.teacher')} {cfg.warm_start.teacher!r} is not a teacher of {cfg.env.env_id!r}; "
+                f"choose from {', '.join(known)}"
             )
     if cfg.model.path is not None and not (Path(cfg.model.path) / "config.json").is_file():
         errors.append(

@@ -37,6 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
         ({"seed": -1}, r"seed is -1; it must be an integer in \[0, 2\^31 - 1\]"),
         ({"keep_checkpoints": 0}, r"keep_checkpoints is 0"),
         ({"eval_every": -1}, r"eval_every is -1"),
+        (
+            {"warm_start": {"steps": 2, "teacher": "scan"}},
+            r"warm_start.teacher 'scan' is not a teacher of 'game:GuessTheNumber-v0-easy'; choose from solver, uniform",
+        ),
     ],
 )
 def test_values_that_cannot_train_fail_validation_naming_the_field(tmp_path, overrides, message) -> None:

@@ -46,12 +46,14 @@ def scripted_episodes(
     view: View = "chat",
     max_turns: int = 100,
     epsilon: float = 0.0,
+    teacher: str = "solver",
     seed: int = 0,
     env_kwargs: dict | None = None,
     system_prompt: str | None = None,
     wrappers: Sequence[Callable[[Env], Env]] = (),
 ) -> list[Episode]:
-    """Play `specs` with the scripted solver of `env_id`; log-probs are 0 (the teacher is not the model).
+    """Play `specs` with the scripted solver of `env_id` (or its named weaker `teacher`, whose moves are drawn from
+    (seed, episode id) as the random ones are); log-probs are 0 (the teacher is not the model).
     `wrappers` go between the env and the view's, as the pool's do (e.g. the training config's tools), so the
     teacher's prompts are the ones RL will see; the solver itself reads the bare env's observations."""
     raw: Env = make(env_id, **(env_kwargs or {}))
@@ -63,7 +65,7 @@ def scripted_episodes(
     for spec in specs:
         # the teacher's random moves are a function of (seed, episode id): the same whichever process plays it
         rng = np.random.default_rng([seed, spec.episode_id])
-        solver = solver_for(env_id)
+        solver = solver_for(env_id, teacher, np.random.default_rng([seed, spec.episode_id, 1]))
         obs, info = env.reset(seed=spec.seed)
         solver.reset(*tap.last, raw)
         prompt, num_messages = first_prompt(chat, view, obs)

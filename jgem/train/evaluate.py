@@ -13,16 +13,18 @@ if TYPE_CHECKING:
 
 
 def episode_metrics(episodes: list[Episode], prefix: str) -> dict[str, float]:
-    """`prefix/`success_rate, return, turns, action_tokens (means) and faults (a count) of `episodes`."""
+    """`prefix/`success_rate, return, turns, action_tokens (means) and faults (a count) of `episodes`, and
+    turns_success, the mean turns of the successful ones (absent when none succeeded)."""
     if not episodes:
         return {}
+    won = [e.num_turns for e in episodes if e.success]
     return {
         f"{prefix}/success_rate": float(np.mean([e.success for e in episodes])),
         f"{prefix}/return": float(np.mean([e.episode_return for e in episodes])),
         f"{prefix}/turns": float(np.mean([e.num_turns for e in episodes])),
         f"{prefix}/action_tokens": float(np.mean([e.num_action_tokens for e in episodes])),
         f"{prefix}/faults": float(sum(e.fault is not None for e in episodes)),
-    }
+    } | ({f"{prefix}/turns_success": float(np.mean(won))} if won else {})
 
 
 def eval_metrics(run: Run, step: int, episodes: list[Episode]) -> dict[str, float]:

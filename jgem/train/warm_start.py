@@ -52,6 +52,7 @@ def warm_start(learner: Learner, log: Callable[[int, dict[str, float]], None]) -
             view=cfg.rollout.view,
             max_turns=learner.curriculum.max_turns(0),
             epsilon=ws.epsilon,
+            teacher=ws.teacher,
             seed=s,
             env_kwargs=dict(cfg.env.env_kwargs),
             system_prompt=cfg.env.system_prompt,

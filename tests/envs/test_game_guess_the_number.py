@@ -88,3 +88,42 @@ def test_solver_halves_the_range() -> None:
 def test_bad_parameters_are_rejected() -> None:
     with pytest.raises(ValueError, match="greater than"):
         jgem.make("game:GuessTheNumber-v0-easy", min_number=5, max_number=5)
+
+
+def test_the_uniform_teacher_guesses_only_what_the_hints_allow_and_needs_more_turns_than_binary_search() -> None:
+    """The weak teacher of the discount-factor experiment (preset tiny-gamma): every guess is one of the numbers
+    the hints leave possible (so it never repeats or wastes a turn), its guesses are the rng's (the same rng, the
+    same game), and over the preset's game (1-50, 12 turns) it wins nearly always but in more turns than binary
+    search: the room a discount factor below 1 has to teach."""
+    import numpy as np
+
+    from jgem.envs.games.solvers import play, solver_for, teachers
+
+    env_id = "game:GuessTheNumber-v0-hard"
+    assert teachers(env_id) == ["solver", "uniform"]
+    with pytest.raises(KeyError, match="its teachers: solver, uniform"):
+        solver_for(env_id, "scan")
+
+    def game(seed: int, teacher: str) -> tuple[list[int], bool]:
+        env = jgem.make(env_id, max_turns=12)
+        player = solver_for(env_id, teacher, np.random.default_rng([seed, 99]))
+        obs, info = env.reset(seed=seed)
+        player.reset(obs, info, env.unwrapped)
+        lo, hi, guesses = 1, 50, []
+        while True:
+            guess = int(player.act(obs, info, env.unwrapped).removeprefix("\\boxed{").removesuffix("}"))
+            assert lo <= guess <= hi, (guess, lo, hi)
+            guesses.append(guess)
+            obs, _, done, _, info = env.step(f"\\boxed{{{guess}}}")
+            target = env.unwrapped.target
+            lo, hi = (guess + 1, hi) if guess < target else (lo, guess - 1) if guess > target else (lo, hi)
+            if done:
+                return guesses, info["success"]
+
+    assert game(3, "uniform") == game(3, "uniform")
+    uniform = [game(seed, "uniform") for seed in range(200)]
+    binary = [game(seed, "solver") for seed in range(200)]
+    assert sum(won for _, won in uniform) >= 195 and all(won for _, won in binary)
+    mean_turns = lambda games: np.mean([len(g) for g, _ in games])  # noqa: E731
+    assert mean_turns(uniform) > mean_turns(binary) + 0.8, (mean_turns(uniform), mean_turns(binary))
+    assert play(jgem.make(env_id), solver_for(env_id, "uniform", np.random.default_rng(0)), seed=1)[1] <= 7

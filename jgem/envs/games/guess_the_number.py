@@ -6,6 +6,8 @@ import math
 import re
 from typing import Any
 
+import numpy as np
+
 from jgem.core import Env, StepResult
 from jgem.envs.games.base import GameEnv, Reward, last_match
 
@@ -106,10 +108,30 @@ class Solver:
     def reset(self, obs: str, info: dict[str, Any], env: Env) -> None:
         self.lo, self.hi = env.min_number, env.max_number
 
-    def act(self, obs: str, info: dict[str, Any], env: Env) -> str:
+    def narrow(self, obs: str) -> None:
+        """Shrink [lo, hi] to the numbers the hints so far leave possible."""
         for guess, hint in _HINT.findall(obs):
             if hint == "higher":
                 self.lo = max(self.lo, int(guess) + 1)
             else:
                 self.hi = min(self.hi, int(guess) - 1)
+
+    def act(self, obs: str, info: dict[str, Any], env: Env) -> str:
+        self.narrow(obs)
         return f"\\boxed{{{(self.lo + self.hi) // 2}}}"
+
+
+class UniformTeacher(Solver):
+    """A weaker teacher: guesses uniformly among the numbers the hints still leave possible. It always wins given
+    enough turns (about 2 ln n guesses for n numbers against binary search's log2 n), so a policy that imitates it
+    has turns to save: what a discount factor below 1 rewards (GEM's study of gamma)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def act(self, obs: str, info: dict[str, Any], env: Env) -> str:
+        self.narrow(obs)
+        return f"\\boxed{{{int(self.rng.integers(self.lo, self.hi + 1))}}}"
+
+
+TEACHERS = {"uniform": UniformTeacher}

@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol
 
+import numpy as np
+
 from jgem.core import Env
 
 
@@ -56,15 +58,33 @@ def has_solver(env_id: str) -> bool:
 WEB_IDS = ("web:", "agentgym:WebArena-v0")
 
 
-def solver_for(env_id: str) -> Solver:
+def solver_for(env_id: str, teacher: str = "solver", rng: np.random.Generator | None = None) -> Solver:
+    """A fresh scripted player of `env_id`: its reference solver, or with `teacher` one of the game's named weaker
+    teachers (a game module's `TEACHERS`, classes built with `rng`, which draws their moves)."""
     if env_id.startswith(WEB_IDS):
         from jgem.envs.web.solver import Solver as WebSolver
 
+        if teacher != "solver":
+            raise KeyError(f"no teacher {teacher!r} for {env_id!r}; the web tasks have their 'solver' only")
         return WebSolver()
     name = game_name(env_id)
     if name not in _MODULES:
         raise KeyError(f"no scripted solver for {env_id!r}; games with solvers: {', '.join(_MODULES)}")
-    return importlib.import_module(f"jgem.envs.games.{_MODULES[name]}").Solver()
+    module = importlib.import_module(f"jgem.envs.games.{_MODULES[name]}")
+    if teacher == "solver":
+        return module.Solver()
+    named = getattr(module, "TEACHERS", {})
+    if teacher not in named:
+        raise KeyError(f"no teacher {teacher!r} for {env_id!r}; its teachers: {', '.join(teachers(env_id))}")
+    return named[teacher](np.random.default_rng() if rng is None else rng)
+
+
+def teachers(env_id: str) -> list[str]:
+    """The scripted players `solver_for(env_id, teacher)` knows: 'solver' and the game's named weaker teachers."""
+    if not has_solver(env_id) or env_id.startswith(WEB_IDS):
+        return ["solver"] if has_solver(env_id) else []
+    module = importlib.import_module(f"jgem.envs.games.{_MODULES[game_name(env_id)]}")
+    return ["solver", *getattr(module, "TEACHERS", {})]
 
 
 def play(env: Env, solver: Solver, seed: int | None = None, max_steps: int = 1000) -> tuple[float, int, bool]:
