@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,30 @@ def test_compare_algorithms_checks_names_and_group_size(tmp_path):
         compare_algorithms.build_runs(["a2c"], [0], 4, tmp_path, [], [])
 
 
+def test_shared_warm_start_runs_once_per_seed(tmp_path):
+    """With the shared warm start, each seed's warm start is one run of 0 RL steps in <out>/warm/seed<s>, listed
+    first, and every variant of that seed trains from its export with no warm start of its own: flags that come
+    after the pass-through, so `-- --warm-start.steps 5 --steps 9` cannot undo them."""
+    extra = ["--warm-start.steps", "5", "--steps", "9"]
+    for runs, arms in [
+        (gamma_sweep.build_runs([0.5, 1.0], [0, 1], tmp_path, ["--steps", "2"], extra, shared_warm_start=True), 4),
+        (compare_algorithms.build_runs(["rebn", "grpo"], [0, 1], 4, tmp_path, [], extra, shared_warm_start=True), 4),
+    ]:
+        warm, rest = runs[:2], runs[2:]
+        assert len(rest) == arms and all(r.is_warm_start for r in warm) and not any(r.is_warm_start for r in rest)
+        assert [(r.seed, r.run_dir) for r in warm] == [(s, tmp_path / "warm" / f"seed{s}") for s in (0, 1)]
+        for r in warm:
+            argv = r.argv("tiny")
+            assert argv[-2:] == ["--steps", "0"] and "--gamma" not in argv and "--algorithm" not in argv
+            assert r.steps(2) == 0
+        for r in rest:
+            hf = str(tmp_path / "warm" / f"seed{r.seed}" / "hf")
+            assert r.argv("tiny")[-4:] == ["--model.path", hf, "--warm-start.steps", "0"] and r.steps(2) == 2
+    # without it, no warm-start runs and nothing pinned
+    plain = gamma_sweep.build_runs([0.5], [0, 1], tmp_path, [], extra)
+    assert [r.warm for r in plain] == [None, None] and plain[0].argv("tiny")[-4:] == extra
+
+
 def test_dry_runs_print_resolved_configs(tmp_path, capsys):
     gamma_sweep.main(
         [
@@ -116,47 +141,121 @@ def test_dry_runs_print_resolved_configs(tmp_path, capsys):
         ]
     )
     compare_algorithms.main(["--algorithms", "rloo", "--seeds", "1", "--out", str(tmp_path), "--dry-run"])
-    from experiments.configs import tiny
+    argv = ["--algorithms", "rloo", "--seeds", "1", "--out", str(tmp_path), "--dry-run", "--no-shared-warm-start"]
+    compare_algorithms.main(argv)
+    from experiments.configs import tiny, tiny_gamma
 
     rows = [json.loads(x) for x in capsys.readouterr().out.strip().splitlines()]
-    assert rows[0]["config"] | {"run_dir": None} == {
+    assert len(rows) == 5
+    # gamma_sweep's default preset warm-starts: seed 3's warm start, then gamma 0.7 from its (future) export
+    assert rows[0]["variant"] == "warm-start" and rows[0]["run_dir"] == str(tmp_path / "warm" / "seed3")
+    assert rows[0]["config"]["steps"] == 0 and rows[0]["config"]["warm_start.steps"] == 100
+    assert rows[1]["config"] | {"run_dir": None} == {
         "gamma": 0.7,
         "seed": 3,
         "steps": 2,
-        "algorithm": tiny().algorithm,
-        "env.env_id": tiny().env.env_id,
+        "warm_start.steps": 0,
+        "algorithm": tiny_gamma().algorithm,
+        "env.env_id": tiny_gamma().env.env_id,
         "run_dir": None,
     }
-    assert rows[0]["config"]["run_dir"] == str(tmp_path / "gamma0.7" / "seed3")
-    assert rows[1]["config"]["algorithm"] == "rloo" and rows[1]["config"]["group_size"] == 4
+    assert rows[1]["config"]["run_dir"] == str(tmp_path / "gamma0.7" / "seed3")
+    assert rows[1]["starts_from"] == str(tmp_path / "warm" / "seed3" / "hf")
+    assert f"--model.path {tmp_path / 'warm' / 'seed3' / 'hf'} --warm-start.steps 0" in rows[1]["command"]
+    assert rows[2]["variant"] == "warm-start" and rows[3]["config"]["algorithm"] == "rloo"
+    assert rows[3]["config"]["group_size"] == 4 and rows[3]["config"]["warm_start.steps"] == 0
+    # --no-shared-warm-start: the run warm-starts itself
+    assert rows[4]["config"]["warm_start.steps"] == tiny().warm_start.steps and "starts_from" not in rows[4]
+
+
+def _fake_run(run_dir: Path, rows: list[dict], summary: dict | None) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    if summary is not None:
+        (run_dir / "summary.json").write_text(json.dumps(summary))
 
 
 def test_summarize_reads_summaries_and_curves(tmp_path):
     runs = gamma_sweep.build_runs([0.5, 1.0], [0, 1], tmp_path, [], [])
     for r, final in zip(runs, [0.25, 0.75, 0.5, None]):
-        r.run_dir.mkdir(parents=True)
-        rows = [{"step": s, "eval/success_rate": s / 10} for s in (0, 5, 10)]
-        (r.run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
-        if final is not None:
-            (r.run_dir / "summary.json").write_text(
-                json.dumps({"steps": 10, "final_eval": {"eval/success_rate": final}})
-            )
+        rows = [{"step": s, "eval/success_rate": s / 10, "rollout/success_rate": s / 20} for s in (0, 5, 10)]
+        _fake_run(r.run_dir, rows, None if final is None else {"steps": 10, "final_eval": {"eval/success_rate": final}})
     out = common.summarize(runs, tmp_path, "gamma", numeric_x=True, steps=10)
-    assert out[0]["mean"] == pytest.approx(0.5) and out[0]["n"] == 2 and out[0]["failed"] == []
+    sr = "eval/success_rate"
+    assert out[0]["metrics"][sr]["mean"] == pytest.approx(0.5) and out[0]["runs"] == 2 and out[0]["failed"] == []
     # no summary.json: the run did not finish; its metrics.jsonl is not a result
-    assert out[1]["per_seed"] == {0: 0.5} and out[1]["n"] == 1 and out[1]["failed"] == [1]
+    assert out[1]["metrics"][sr]["per_seed"] == {0: 0.5} and out[1]["runs"] == 1 and out[1]["failed"] == [1]
+    # a metric eval does not log comes from the last metrics.jsonl row that has it
+    assert common.final_metric(runs[0].run_dir, "rollout/success_rate", 10) == 0.5
     table = (tmp_path / "results.md").read_text()
-    assert "| 0.5 | 2 | 0.500 |" in table and table.splitlines()[-1].endswith("| 1 |")
+    assert f"| 0.5 | 2 | 0.500 ± {12.706 * 0.25:.3f} | - |" in table and "| 1 | 1 | 0.500 | 1 |" in table
     assert (tmp_path / "plot.png").stat().st_size > 0
     # a summary of another length (an older run in the same dir) is not this sweep's result
     assert common.summarize(runs, tmp_path, "gamma", numeric_x=True, steps=20)[0]["failed"] == [0, 1]
 
 
+def test_summarize_gives_95_percent_intervals_per_metric(tmp_path):
+    """2 gammas x 3 seeds, seed 2 of gamma 1 crashed: means, sample stds and Student-t half-widths by hand; the
+    crashed seed is listed and left out of everything; a finished run without eval/turns_success (nothing
+    succeeded) is left out of that metric only, never given an earlier eval's value."""
+    sr, ts = "eval/success_rate", "eval/turns_success"
+    runs = gamma_sweep.build_runs([0.5, 1.0], [0, 1, 2], tmp_path, [], [])
+    finals = [{sr: 0.5, ts: 4.0}, {sr: 0.7, ts: 5.0}, {sr: 0.9, ts: 6.0}, {sr: 0.0}, {sr: 0.6, ts: 7.0}, None]
+    for r, final in zip(runs, finals):
+        rows = [{"step": 0, sr: 0.3, ts: 3.0}, {"step": 10, sr: 0.99, "rollout/turns": 5.0}]
+        _fake_run(r.run_dir, rows, None if final is None else {"steps": 10, "final_eval": final})
+    out = common.summarize(
+        runs, tmp_path, "gamma", numeric_x=True, metrics=[sr, ts], steps=10, curve_metric="rollout/turns"
+    )
+    a, b = (r["metrics"] for r in out)
+    assert a[sr]["mean"] == pytest.approx(0.7) and a[sr]["std"] == pytest.approx(0.2) and a[sr]["n"] == 3
+    assert a[sr]["half_width"] == pytest.approx(4.303 * 0.2 / 3**0.5)
+    assert a[sr]["ci95"] == pytest.approx([0.7 - 4.303 * 0.2 / 3**0.5, 0.7 + 4.303 * 0.2 / 3**0.5])
+    assert a[ts]["mean"] == pytest.approx(5.0) and a[ts]["half_width"] == pytest.approx(4.303 * 1.0 / 3**0.5)
+    assert out[1]["runs"] == 2 and out[1]["failed"] == [2] and b[sr]["per_seed"] == {0: 0.0, 1: 0.6}
+    assert b[sr]["mean"] == pytest.approx(0.3) and b[sr]["std"] == pytest.approx(0.18**0.5)
+    assert b[sr]["half_width"] == pytest.approx(12.706 * 0.18**0.5 / 2**0.5)
+    assert b[ts]["per_seed"] == {0: None, 1: 7.0} and b[ts]["n"] == 1 and b[ts]["mean"] == 7.0
+    assert b[ts]["std"] is None and b[ts]["half_width"] is None  # one value: no interval
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["metrics"] == [sr, ts] and saved["variants"][1]["metrics"][sr]["per_seed"] == {"0": 0.0, "1": 0.6}
+    table = (tmp_path / "results.md").read_text()
+    assert f"| gamma | runs | {sr} | {ts} | failed seeds |" in table
+    assert "| 0.5 | 3 | 0.700 ± 0.497 | 5.000 ± 2.484 | - |" in table
+    assert "| 1 | 2 | 0.300 ± 3.812 | 7.000 (n=1) | 2 |" in table
+    assert "| 1 | 0 | 0.000 | - |" in table and "| 1 | 2 |" not in table.split("Per seed")[1]
+    assert "0.990" not in table
+    # past 30 degrees of freedom the normal quantile
+    assert common.interval([0.0, 1.0] * 20)["half_width"] == pytest.approx(
+        1.96 * common.interval([0.0, 1.0] * 20)["std"] / 40**0.5
+    )
+    assert common.interval([0.0, 1.0] * 15 + [0.0])["half_width"] == pytest.approx(
+        2.042 * statistics.stdev([0.0, 1.0] * 15 + [0.0]) / 31**0.5
+    )
+
+
+def test_progress_says_where_each_running_run_is(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    assert common.position(run) == "start"
+    (run / "config.json").write_text(json.dumps({"steps": 40, "warm_start": {"steps": 100}}))
+    (run / "metrics.jsonl").write_text(json.dumps({"step": -100}) + "\n" + json.dumps({"step": -37}) + "\n")
+    assert common.position(run) == "warm-start 63/100"
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 12}) + "\n" + '{"step": 1')  # a torn last line is skipped
+    assert common.position(run) == "step 12/40"
+    (run / "config.json").write_text(json.dumps({"steps": 0, "warm_start": {"steps": 100}}))
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 0}) + "\n")
+    assert common.position(run) == "warm-start 100/100"  # a shared warm start, evaluating or exporting
+    progress = common._Progress(5, 60.0)
+    progress.started(common.Run("0.9", 2, run, ()))
+    progress.ended(True)
+    assert progress.line() == "progress: 1/5 runs done; running: 0.9 seed 2 at warm-start 100/100"
+
+
 def test_sweep_reports_crashed_runs_and_exits_nonzero(tmp_path, monkeypatch, capsys):
     """compare_algorithms with every ppo run crashing after its initial eval: ppo is reported as failed (not as
     0.000 over 2 runs) and the sweep exits non-zero (issue 20 bug 6)."""
-    import sys
-
     script = (
         "import json, sys, pathlib\n"
         "d = pathlib.Path(sys.argv[sys.argv.index('--run-dir') + 1])\n"
@@ -167,17 +266,56 @@ def test_sweep_reports_crashed_runs_and_exits_nonzero(tmp_path, monkeypatch, cap
     )
     monkeypatch.setattr(common.Run, "command", lambda self, preset: [sys.executable, "-c", script, *self.argv(preset)])
     argv = ["--algorithms", "rebn", "ppo", "--seeds", "0", "1", "--steps", "2", "--out", str(tmp_path)]
+    argv += ["--no-shared-warm-start"]
     with pytest.raises(SystemExit) as e:
         compare_algorithms.main(argv)
     assert e.value.code not in (0, None) and "ppo seed 0, ppo seed 1" in str(e.value.code)
-    rows = {r["variant"]: r for r in json.loads((tmp_path / "results.json").read_text())}
-    assert rows["rebn"]["n"] == 2 and rows["rebn"]["mean"] == 0.5 and rows["rebn"]["failed"] == []
-    assert rows["ppo"]["n"] == 0 and rows["ppo"]["mean"] is None and rows["ppo"]["failed"] == [0, 1]
-    assert "| ppo | 0 | - |" in (tmp_path / "results.md").read_text()
+    rows = {r["variant"]: r for r in json.loads((tmp_path / "results.json").read_text())["variants"]}
+    rebn, ppo = rows["rebn"], rows["ppo"]
+    assert rebn["runs"] == 2 and rebn["metrics"]["eval/success_rate"]["mean"] == 0.5 and rebn["failed"] == []
+    assert ppo["runs"] == 0 and ppo["metrics"]["eval/success_rate"]["mean"] is None and ppo["failed"] == [0, 1]
+    assert "| ppo | 0 | - | 0, 1 |" in (tmp_path / "results.md").read_text()
     assert capsys.readouterr().out.count("FAILED") == 2
     # re-running skips the finished runs, retries the failed ones, and still exits non-zero
     with pytest.raises(SystemExit):
         compare_algorithms.main(argv)
+
+
+def test_shared_warm_start_sweep_trains_each_seed_from_its_export(tmp_path, monkeypatch, capsys):
+    """compare_algorithms with fake train and export commands, 2 at a time: the warm starts run (0 steps) and are
+    exported before any run of their seed, which loads the export with no warm start of its own; seed 1's warm
+    start crashes, so its runs fail without running; a re-run skips what is done."""
+    train = (
+        "import json, sys, pathlib\n"
+        "a = sys.argv\n"
+        "d = pathlib.Path(a[a.index('--run-dir') + 1])\n"
+        "steps = int([a[i + 1] for i, x in enumerate(a) if x == '--steps'][-1])\n"
+        "if '--model.path' in a:\n"
+        "    assert a[-4] == '--model.path' and a[-2:] == ['--warm-start.steps', '0'], a\n"
+        "    assert (pathlib.Path(a[-3]) / 'config.json').is_file(), 'export missing'\n"
+        "elif a[a.index('--seed') + 1] == '1': sys.exit('warm start crashed')\n"
+        "(d / 'summary.json').write_text(json.dumps({'steps': steps, 'final_eval': {'eval/success_rate': 0.5}}))\n"
+    )
+    export = "import sys, pathlib; d = pathlib.Path(sys.argv[1]); d.mkdir(); (d / 'config.json').write_text('{}')"
+    monkeypatch.setattr(common.Run, "command", lambda self, preset: [sys.executable, "-c", train, *self.argv(preset)])
+    monkeypatch.setattr(
+        common.Run, "export_command", lambda self: [sys.executable, "-c", export, str(self.run_dir / "hf")]
+    )
+    argv = ["--algorithms", "rebn", "grpo", "--seeds", "0", "1", "--steps", "2", "--out", str(tmp_path), "--jobs", "2"]
+    with pytest.raises(SystemExit) as e:
+        compare_algorithms.main([*argv, "--", "--warm-start.steps", "5"])
+    assert "2 run(s) failed: rebn seed 1, grpo seed 1" in str(e.value.code)
+    out = capsys.readouterr().out
+    assert out.index("[1/6] warm-start seed 0") < out.index("[3/6] rebn seed 0")
+    assert out.count("FAILED") == 3 and "FAILED: rebn seed 1 (its warm start failed)" in out
+    assert json.loads((tmp_path / "warm" / "seed0" / "summary.json").read_text())["steps"] == 0
+    assert (tmp_path / "warm" / "seed0" / "hf" / "config.json").is_file()
+    assert "shared warm start failed" in (tmp_path / "grpo" / "seed1" / "sweep.log").read_text()
+    rows = json.loads((tmp_path / "results.json").read_text())["variants"]
+    assert [(r["variant"], r["runs"], r["failed"]) for r in rows] == [("rebn", 1, [1]), ("grpo", 1, [1])]
+    with pytest.raises(SystemExit):
+        compare_algorithms.main([*argv, "--", "--warm-start.steps", "5"])
+    assert capsys.readouterr().out.count("done already") == 3  # seed 0's warm start and both its runs
 
 
 # -- docs/quickstart.md ----------------------------------------------------------------------------

@@ -2,11 +2,18 @@
 
     .venv/bin/python -m experiments.ablations.compare_algorithms --dry-run
     .venv/bin/python -m experiments.ablations.compare_algorithms --algorithms rebn grpo ppo --seeds 0 1 --steps 20
+    .venv/bin/python -m experiments.ablations.compare_algorithms --jobs 2 --metric eval/success_rate eval/turns
 
 Every algorithm runs with the same `--group-size` (default 4), so all see the same start states and the same
 number of episodes per step: grpo, drgrpo and rloo normalise within groups and need group_size >= 2; the
-others simply get groups of episodes that share a seed. Runs live in `<out>/<algorithm>/seed<s>`; the sweep
-writes `<out>/results.md`, `results.json` and `plot.png`. Re-running skips finished runs and resumes the rest.
+others simply get groups of episodes that share a seed. When the preset warm-starts, each seed's warm start runs
+once, in `<out>/warm/seed<s>` (0 RL steps, exported to its `hf/`), and every algorithm of that seed trains from
+that export (`--no-shared-warm-start`: each run warm-starts itself): the algorithms of a seed then differ only in
+RL (PPO's critic starts from the warm-started policy's trunk rather than the random init's). Runs live in
+`<out>/<algorithm>/seed<s>`; the sweep writes `<out>/results.md` (per algorithm: finished runs, each `--metric`'s
+mean ± 95% interval over seeds, failed seeds; then every seed's values), `results.json` (the same with std and
+per-seed values) and `plot.png` (each final metric per algorithm with every seed, and the mean `--curve-metric`
+curve per algorithm). Re-running skips finished runs and resumes the rest.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from experiments.ablations.common import (
     run_all,
     split_argv,
     summarize,
+    use_shared_warm_start,
+    with_shared_warm_start,
 )
 from jgem.algos.algorithms import ALGORITHMS
 
@@ -34,8 +43,11 @@ def build_runs(
     out: Path,
     overrides: Sequence[str],
     extra: Sequence[str],
+    *,
+    shared_warm_start: bool = False,
 ) -> list[Run]:
-    """One run per (algorithm, seed), all with the same group size."""
+    """One run per (algorithm, seed), all with the same group size; with `shared_warm_start`, one warm-start run
+    per seed first, which that seed's runs train from."""
     unknown = [a for a in algorithms if a not in ALGORITHMS]
     if unknown:
         raise SystemExit(f"unknown algorithm(s) {unknown}; choose from {' '.join(ALGORITHMS)}")
@@ -43,12 +55,13 @@ def build_runs(
     if grouped and group_size < 2:
         raise SystemExit(f"{' '.join(grouped)} normalise within groups of rollouts; use --group-size 2 or more")
     own = (*overrides, "--group-size", str(group_size))
-    return [Run(a, s, out / a / f"seed{s}", (*own, "--algorithm", a), tuple(extra)) for a in algorithms for s in seeds]
+    runs = [Run(a, s, out / a / f"seed{s}", (*own, "--algorithm", a), tuple(extra)) for a in algorithms for s in seeds]
+    return with_shared_warm_start(runs, out, overrides, extra) if shared_warm_start else runs
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     own, extra = split_argv(argv)
-    ap = base_parser(__doc__.splitlines()[0], "runs/ablations/algorithms")
+    ap = base_parser(__doc__.splitlines()[0], "runs/ablations/algorithms", shared_warm_start=True)
     ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), help=f"from: {' '.join(ALGORITHMS)}")
     ap.add_argument(
         "--group-size",
@@ -58,14 +71,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = ap.parse_args(own)
     out = Path(args.out).resolve()
-    runs = build_runs(args.algorithms, args.seeds, args.group_size, out, common_overrides(args), extra)
+    shared = use_shared_warm_start(args, extra)
+    runs = build_runs(
+        args.algorithms, args.seeds, args.group_size, out, common_overrides(args), extra, shared_warm_start=shared
+    )
     if args.dry_run:
-        dry_run(
-            runs, args.preset, ["algorithm", "group_size", "episodes_per_step", "gamma", "seed", "steps", "run_dir"]
-        )
+        fields = ["algorithm", "group_size", "episodes_per_step", "gamma", "seed", "steps", "warm_start.steps"]
+        dry_run(runs, args.preset, [*fields, "run_dir"])
         return
-    run_all(runs, args.preset, args.steps)
-    exit_on_failures(summarize(runs, out, "algorithm", numeric_x=False, metric=args.metric, steps=args.steps))
+    run_all(runs, args.preset, args.steps, args.jobs)
+    rows = summarize(
+        runs,
+        out,
+        "algorithm",
+        numeric_x=False,
+        metrics=args.metrics,
+        steps=args.steps,
+        curve_metric=args.curve_metric,
+    )
+    exit_on_failures(rows)
 
 
 if __name__ == "__main__":

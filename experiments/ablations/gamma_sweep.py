@@ -1,12 +1,18 @@
-"""Discount-factor sweep: train a preset at each gamma and seed, then compare final eval success vs gamma.
+"""Discount-factor sweep: train a preset at each gamma and seed, then compare final eval success and turns vs gamma.
 
     .venv/bin/python -m experiments.ablations.gamma_sweep --dry-run
-    .venv/bin/python -m experiments.ablations.gamma_sweep --gammas 0.5 0.9 1.0 --seeds 0 1 --steps 20
-    .venv/bin/python -m experiments.ablations.gamma_sweep --steps 5 -- --eval-episodes 16 --warm-start.steps 10
+    .venv/bin/python -m experiments.ablations.gamma_sweep --seeds 0 1 2 3 4 --jobs 2
+    .venv/bin/python -m experiments.ablations.gamma_sweep --gammas 0.5 1.0 --seeds 0 --steps 5 -- --eval-episodes 16
 
-Each run lives in `<out>/gamma<g>/seed<s>` (metrics.jsonl, summary.json, checkpoints/ as any run); the sweep
-writes `<out>/results.md`, `results.json` and `plot.png` (final eval success per gamma with every seed, and
-the mean eval curve per gamma). Re-running the same command skips finished runs and resumes the rest.
+GEM's finding (issue 30): with gamma < 1 a success in fewer turns has a higher return, so RL should teach the agent
+to need fewer turns. The default preset, tiny-gamma, warm-starts on a teacher that needs more turns than it could.
+Each seed's warm start runs once, in `<out>/warm/seed<s>` (0 RL steps, exported to its `hf/`), and every gamma of
+that seed trains from that export (`--no-shared-warm-start`: each run warm-starts itself); the gammas of a seed
+then differ only in RL. Each run lives in `<out>/gamma<g>/seed<s>` (metrics.jsonl, summary.json, checkpoints/ as
+any run). The sweep writes `<out>/results.md` (per gamma: finished runs, each metric's mean ± 95% interval over
+seeds, failed seeds; then every seed's values), `results.json` (the same with std and per-seed values) and
+`plot.png` (each final metric against gamma with every seed, and the mean `--curve-metric` curve per gamma).
+Re-running the same command skips finished runs and resumes the rest.
 """
 
 from __future__ import annotations
@@ -23,35 +29,66 @@ from experiments.ablations.common import (
     run_all,
     split_argv,
     summarize,
+    use_shared_warm_start,
+    with_shared_warm_start,
 )
+
+METRICS = ("eval/success_rate", "eval/turns_success", "eval/turns")
 
 
 def build_runs(
-    gammas: Sequence[float], seeds: Sequence[int], out: Path, overrides: Sequence[str], extra: Sequence[str]
+    gammas: Sequence[float],
+    seeds: Sequence[int],
+    out: Path,
+    overrides: Sequence[str],
+    extra: Sequence[str],
+    *,
+    shared_warm_start: bool = False,
 ) -> list[Run]:
-    """One run per (gamma, seed); the gamma override is added last among the sweep's own overrides."""
+    """One run per (gamma, seed), the gamma override last among the sweep's own overrides; with
+    `shared_warm_start`, one warm-start run per seed first, which that seed's runs train from."""
     for g in gammas:
         if not 0.0 <= g <= 1.0:
             raise SystemExit(f"gamma {g} is outside [0, 1]; pass discount factors like 0.5 0.9 1.0")
-    return [
+    runs = [
         Run(f"{g:g}", s, out / f"gamma{g:g}" / f"seed{s}", (*overrides, "--gamma", f"{g:g}"), tuple(extra))
         for g in gammas
         for s in seeds
     ]
+    return with_shared_warm_start(runs, out, overrides, extra) if shared_warm_start else runs
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     own, extra = split_argv(argv)
-    ap = base_parser(__doc__.splitlines()[0], "runs/ablations/gamma")
-    ap.add_argument("--gammas", type=float, nargs="+", default=[0.0, 0.5, 0.9, 0.99, 1.0], help="discount factors")
+    ap = base_parser(
+        __doc__.splitlines()[0],
+        "runs/ablations/gamma",
+        preset="tiny-gamma",
+        metrics=METRICS,
+        curve_metric="rollout/turns",
+        shared_warm_start=True,
+    )
+    ap.add_argument("--gammas", type=float, nargs="+", default=[0.5, 0.8, 0.9, 0.99, 1.0], help="discount factors")
     args = ap.parse_args(own)
     out = Path(args.out).resolve()
-    runs = build_runs(args.gammas, args.seeds, out, common_overrides(args), extra)
+    overrides = common_overrides(args)
+    runs = build_runs(
+        args.gammas, args.seeds, out, overrides, extra, shared_warm_start=use_shared_warm_start(args, extra)
+    )
     if args.dry_run:
-        dry_run(runs, args.preset, ["gamma", "seed", "steps", "algorithm", "env.env_id", "run_dir"])
+        dry_run(runs, args.preset, ["gamma", "seed", "steps", "warm_start.steps", "algorithm", "env.env_id", "run_dir"])
         return
-    run_all(runs, args.preset, args.steps)
-    exit_on_failures(summarize(runs, out, "gamma", numeric_x=True, metric=args.metric, steps=args.steps))
+    run_all(runs, args.preset, args.steps, args.jobs)
+    rows = summarize(
+        runs,
+        out,
+        "gamma",
+        numeric_x=True,
+        metrics=args.metrics,
+        steps=args.steps,
+        curve_metric=args.curve_metric,
+    )
+    exit_on_failures(rows)
 
 
 if __name__ == "__main__":

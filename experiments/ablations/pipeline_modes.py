@@ -53,7 +53,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         dry_run(runs, args.preset, ["pipeline", "env.num_envs", "episodes_per_step", "seed", "steps", "run_dir"])
         return
     run_all(runs, args.preset, args.steps, args.jobs)
-    exit_on_failures(summarize(runs, out, "mode", numeric_x=False, metric=args.metric, steps=args.steps))
+    rows = summarize(
+        runs,
+        out,
+        "mode",
+        numeric_x=False,
+        metrics=args.metrics,
+        steps=args.steps,
+        curve_metric=args.curve_metric,
+    )
+    exit_on_failures(rows)
 
 
 if __name__ == "__main__":
