@@ -420,3 +420,40 @@ def test_a_custom_env_trains_from_the_cli_with_import(tmp_path, capsys):
     assert saved["env"]["imports"] == ["tests.learner_micro_preset", "tests.custom_envs"]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r for r in rows if r.get("step") == 1][0]["rollout/max_turns"] == 2.0  # TinyGuess's own limit
+
+
+# What the two sweeps' smoke runs share: 1 RL step per run after a 1-step shared warm start, 4 episodes, 4 eval
+# episodes, the 1-layer "test-micro" architecture (tests/learner_micro_preset.py) on one CPU device.
+SMOKE = ["--steps", "1", "--seeds", "0", "--jobs", "1"]
+SMOKE_RUN = ["--warm-start.steps", "1", "--warm-start.episodes-per-step", "4", "--episodes-per-step", "4"]
+SMOKE_RUN += ["--env.num-envs", "4", "--eval-episodes", "4", "--no-plot", "--model.preset", "test-micro"]
+SMOKE_RUN += ["--import", "tests.learner_micro_preset"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sweep, arms, variants",
+    [
+        ("gamma_sweep", ["--gammas", "0.5", "1.0"], ["0.5", "1"]),
+        ("compare_algorithms", ["--algorithms", "rebn", "grpo", "--group-size", "2"], ["rebn", "grpo"]),
+    ],
+)
+def test_each_sweep_preset_runs_end_to_end_with_one_step_per_run(tmp_path, sweep, arms, variants):
+    """Each sweep as a researcher runs it (its default preset: tiny-gamma for the gamma sweep, tiny for the
+    algorithms), cut to 1 step per run, 2 arms and 1 seed: the shared warm start trains and exports, both arms
+    train from it, and the table lists both arms with one finished run each."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+    cmd = [sys.executable, "-m", f"experiments.ablations.{sweep}", *SMOKE, *arms, "--out", str(tmp_path), "--"]
+    done = subprocess.run([*cmd, *SMOKE_RUN], cwd=ROOT, env=env, capture_output=True, text=True)
+    logs = "".join(p.read_text()[-2000:] for p in tmp_path.glob("*/seed0/sweep.log"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + logs
+    assert (tmp_path / "warm" / "seed0" / "hf" / "config.json").is_file()
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [(v["variant"], v["runs"], v["failed"]) for v in results["variants"]] == [(a, 1, []) for a in variants]
+    for a in variants:
+        cfg = json.loads(
+            (tmp_path / (f"gamma{a}" if sweep == "gamma_sweep" else a) / "seed0" / "config.json").read_text()
+        )
+        assert cfg["model"]["path"] == str(tmp_path / "warm" / "seed0" / "hf") and cfg["warm_start"]["steps"] == 0
+    assert "| 1 | " in (tmp_path / "results.md").read_text()

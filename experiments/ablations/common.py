@@ -168,15 +168,22 @@ def with_shared_warm_start(runs: Sequence[Run], out: Path, overrides: Sequence[s
 
 
 def resolve_config(preset: str, argv: Sequence[str]) -> Any:
-    """The TrainConfig the train CLI would build from `argv` (parsed by the same tyro CLI), validated for the
-    local devices; raises SystemExit/ValueError with tyro's or validate's message on a bad override."""
+    """The TrainConfig the train CLI would build from `argv` (parsed by the same tyro CLI, after importing the
+    `--import` modules, which may register the env ids and model presets the runs name), validated for the local
+    devices; raises SystemExit/ValueError with tyro's or validate's message on a bad override."""
+    import importlib
+
     import jax
     import tyro
 
     from experiments.configs import PRESETS
+    from experiments.train import pop_imports
     from jgem.config import validate
 
-    cfg = tyro.extras.overridable_config_cli(PRESETS, args=list(argv), console_outputs=True)
+    modules, args = pop_imports(argv)
+    for m in modules:
+        importlib.import_module(m)
+    cfg = tyro.extras.overridable_config_cli(PRESETS, args=args, console_outputs=True)
     validate(cfg, jax.device_count())
     return cfg
 
