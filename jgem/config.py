@@ -238,6 +238,9 @@ class TrainConfig:
     compilations"""
     eval_every: int = 10
     """evaluate every N RL steps (and before training, after the warm start and at the end); 0: never"""
+    eval_at_start: bool = True
+    """evaluate before training too (the random init, or the --model.path checkpoint); off for runs that start
+    from a policy evaluated already, as a sweep's arms from their shared warm start"""
     eval_episodes: int = 64
     """held-out episodes per evaluation, per process (their seeds never overlap training seeds)"""
     eval_greedy: bool = False

@@ -117,7 +117,8 @@ def test_shared_warm_start_runs_once_per_seed(tmp_path):
             assert r.steps(2) == 0
         for r in rest:
             hf = str(tmp_path / "warm" / f"seed{r.seed}" / "hf")
-            assert r.argv("tiny")[-4:] == ["--model.path", hf, "--warm-start.steps", "0"] and r.steps(2) == 2
+            pinned = ["--model.path", hf, "--warm-start.steps", "0", "--no-eval-at-start"]
+            assert r.argv("tiny")[-5:] == pinned and r.steps(2) == 2
     # without it, no warm-start runs and nothing pinned
     plain = gamma_sweep.build_runs([0.5], [0, 1], tmp_path, [], extra)
     assert [r.warm for r in plain] == [None, None] and plain[0].argv("tiny")[-4:] == extra
@@ -291,8 +292,8 @@ def test_shared_warm_start_sweep_trains_each_seed_from_its_export(tmp_path, monk
         "d = pathlib.Path(a[a.index('--run-dir') + 1])\n"
         "steps = int([a[i + 1] for i, x in enumerate(a) if x == '--steps'][-1])\n"
         "if '--model.path' in a:\n"
-        "    assert a[-4] == '--model.path' and a[-2:] == ['--warm-start.steps', '0'], a\n"
-        "    assert (pathlib.Path(a[-3]) / 'config.json').is_file(), 'export missing'\n"
+        "    assert a[-5] == '--model.path' and a[-3:] == ['--warm-start.steps', '0', '--no-eval-at-start'], a\n"
+        "    assert (pathlib.Path(a[-4]) / 'config.json').is_file(), 'export missing'\n"
         "elif a[a.index('--seed') + 1] == '1': sys.exit('warm start crashed')\n"
         "(d / 'summary.json').write_text(json.dumps({'steps': steps, 'final_eval': {'eval/success_rate': 0.5}}))\n"
     )
@@ -442,6 +443,8 @@ def test_each_sweep_preset_runs_end_to_end_with_one_step_per_run(tmp_path, sweep
     """Each sweep as a researcher runs it (its default preset: tiny-gamma for the gamma sweep, tiny for the
     algorithms), cut to 1 step per run, 2 arms and 1 seed: the shared warm start trains and exports, both arms
     train from it, and the table lists both arms with one finished run each."""
+    from jgem.metrics import read_jsonl
+
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
     env.pop("JAX_NUM_CPU_DEVICES", None)
     cmd = [sys.executable, "-m", f"experiments.ablations.{sweep}", *SMOKE, *arms, "--out", str(tmp_path), "--"]
@@ -456,4 +459,7 @@ def test_each_sweep_preset_runs_end_to_end_with_one_step_per_run(tmp_path, sweep
             (tmp_path / (f"gamma{a}" if sweep == "gamma_sweep" else a) / "seed0" / "config.json").read_text()
         )
         assert cfg["model"]["path"] == str(tmp_path / "warm" / "seed0" / "hf") and cfg["warm_start"]["steps"] == 0
+        # no evaluation before training (the warm start's run made it), one after the last step
+        evals = [r["step"] for r in read_jsonl(tmp_path / cfg["run_dir"] / "metrics.jsonl") if "eval/turns" in r]
+        assert evals == [1]
     assert "| 1 | " in (tmp_path / "results.md").read_text()

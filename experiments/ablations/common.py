@@ -68,11 +68,11 @@ class Run:
 
     def pinned(self) -> list[str]:
         """The flags after the pass-through: a shared warm start trains 0 RL steps; a run that starts from one
-        loads its export and does not warm-start again."""
+        loads its export, does not warm-start again, and does not evaluate it again (the warm start's run did)."""
         if self.is_warm_start:
             return ["--steps", "0"]
         if self.warm is not None:
-            return ["--model.path", str(self.warm / "hf"), "--warm-start.steps", "0"]
+            return ["--model.path", str(self.warm / "hf"), "--warm-start.steps", "0", "--no-eval-at-start"]
         return []
 
     def export_command(self) -> list[str]:

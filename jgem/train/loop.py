@@ -38,6 +38,7 @@ RESUMABLE_FIELDS = (
     "console",
     "log",  # where metrics go, not what is trained
     "eval_every",
+    "eval_at_start",
     "eval_episodes",
     "checkpoint_every",
     "keep_checkpoints",
@@ -67,7 +68,7 @@ class Trainer(Learner):
         t_start = time.perf_counter()
         last_checkpoint = None
         try:
-            if not self._resume(ckpt, logger, progress) and cfg.eval_every:
+            if not self._resume(ckpt, logger, progress) and cfg.eval_every and cfg.eval_at_start:
                 summary["initial_eval"] = self._evaluate(0, "random init", progress)
                 logger.log(-cfg.warm_start.steps if not self.host["warm_start_done"] else 0, summary["initial_eval"])
             if not self.host["warm_start_done"]:
