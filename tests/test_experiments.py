@@ -463,3 +463,20 @@ def test_each_sweep_preset_runs_end_to_end_with_one_step_per_run(tmp_path, sweep
         evals = [r["step"] for r in read_jsonl(tmp_path / cfg["run_dir"] / "metrics.jsonl") if "eval/turns" in r]
         assert evals == [1]
     assert "| 1 | " in (tmp_path / "results.md").read_text()
+
+
+def test_gamma_advantages_are_rebns_first_turn_advantages_per_batch():
+    """The diagnostic of docs/results.md on two games by hand: won in 1 turn and in 3 (rewards 1 at the win).
+    gamma 0.5: returns 1 | 0.25, 0.5, 1 over the 4 turns (mean 0.6875, std 0.32476), so the first turns get
+    +0.962 and -1.347; gamma 1: every return is 1, every advantage 0 (no push towards fewer turns); in batches
+    of one game each, each batch's own statistics."""
+    from experiments.ablations import gamma_advantages as ga
+
+    games = [([1.0], True), ([0.0, 0.0, 1.0], True)]
+    np = pytest.importorskip("numpy")
+    np.testing.assert_allclose(ga.first_turn_advantages(games, 0.5, 2), [0.9623, -1.3472], atol=1e-4)
+    np.testing.assert_allclose(ga.first_turn_advantages(games, 1.0, 2), [0.0, 0.0], atol=1e-6)
+    np.testing.assert_allclose(ga.first_turn_advantages(games, 0.5, 1), [0.0, -1.0690], atol=1e-4)
+    half, one = ga.table(games, [0.5, 1.0], fast=1, batch=2)
+    assert half["gap"] == pytest.approx(2.3095, abs=1e-3) and half["lost"] is None
+    assert one["gap"] == 0.0 and one["corr_with_turns"] == 0.0
