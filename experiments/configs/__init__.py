@@ -56,7 +56,7 @@ def tiny_gamma() -> TrainConfig:
     numbers the hints leave possible: it wins 99% of games within 12 turns but needs about 6.0 turns where binary
     search needs 4.9 (1,000 games). RL is the demo's ReBN (lr 2e-4, PPO clipping, KL 0.1 to the warm-started
     policy) with one epoch of 2 minibatches a step and 20 steps, so that 15 runs fit the 2-core box (a step of
-    these 6-turn games costs about 15 s there with two runs at once); gamma is the only thing
+    these 6-to-8-turn games costs about 12 s there with two runs at once); gamma is the only thing
     `experiments.ablations.gamma_sweep` varies. Evaluation on 128 held-out seeds after the warm start and after
     the last step.
     """
