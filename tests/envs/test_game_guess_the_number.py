@@ -103,6 +103,8 @@ def test_the_uniform_teacher_guesses_only_what_the_hints_allow_and_needs_more_tu
     assert teachers(env_id) == ["solver", "uniform"]
     with pytest.raises(KeyError, match="its teachers: solver, uniform"):
         solver_for(env_id, "scan")
+    with pytest.raises(ValueError, match="draws its moves: pass its rng"):
+        solver_for(env_id, "uniform")  # unseeded, a warm start would differ from run to run
 
     def game(seed: int, teacher: str) -> tuple[list[int], bool]:
         env = jgem.make(env_id, max_turns=12)

@@ -60,7 +60,7 @@ WEB_IDS = ("web:", "agentgym:WebArena-v0")
 
 def solver_for(env_id: str, teacher: str = "solver", rng: np.random.Generator | None = None) -> Solver:
     """A fresh scripted player of `env_id`: its reference solver, or with `teacher` one of the game's named weaker
-    teachers (a game module's `TEACHERS`, classes built with `rng`, which draws their moves)."""
+    teachers (a game module's `TEACHERS`, classes built with `rng`, a seeded generator that draws their moves)."""
     if env_id.startswith(WEB_IDS):
         from jgem.envs.web.solver import Solver as WebSolver
 
@@ -76,7 +76,9 @@ def solver_for(env_id: str, teacher: str = "solver", rng: np.random.Generator | 
     named = getattr(module, "TEACHERS", {})
     if teacher not in named:
         raise KeyError(f"no teacher {teacher!r} for {env_id!r}; its teachers: {', '.join(teachers(env_id))}")
-    return named[teacher](np.random.default_rng() if rng is None else rng)
+    if rng is None:  # an unseeded teacher would make the warm start differ from run to run
+        raise ValueError(f"the teacher {teacher!r} of {env_id!r} draws its moves: pass its rng (a seeded Generator)")
+    return named[teacher](rng)
 
 
 def teachers(env_id: str) -> list[str]:
