@@ -487,6 +487,21 @@ def _cell(s: dict, runs: int) -> str:
     return text + (f" (n={s['n']})" if s["n"] != runs and s["mean"] is not None else "")
 
 
+def finish(
+    runs: Sequence[Run], args: argparse.Namespace, out: Path, xlabel: str, *, numeric_x: bool, fields: Sequence[str]
+) -> None:
+    """The end of every sweep's main: with --dry-run, each run's command and the config `fields` it varies; else
+    run the unfinished runs, write the table and plot, and exit non-zero if any run failed."""
+    if args.dry_run:
+        dry_run(runs, args.preset, fields)
+        return
+    run_all(runs, args.preset, args.steps, args.jobs)
+    rows = summarize(
+        runs, out, xlabel, numeric_x=numeric_x, metrics=args.metrics, steps=args.steps, curve_metric=args.curve_metric
+    )
+    exit_on_failures(rows)
+
+
 def exit_on_failures(rows: list[dict]) -> None:
     """Exit non-zero when any run of the sweep failed, naming them (after the table is written)."""
     failed = [f"{r['variant']} seed {s}" for r in rows for s in r["failed"]]

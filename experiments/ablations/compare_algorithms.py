@@ -25,11 +25,8 @@ from experiments.ablations.common import (
     Run,
     base_parser,
     common_overrides,
-    dry_run,
-    exit_on_failures,
-    run_all,
+    finish,
     split_argv,
-    summarize,
     use_shared_warm_start,
     with_shared_warm_start,
 )
@@ -75,21 +72,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     runs = build_runs(
         args.algorithms, args.seeds, args.group_size, out, common_overrides(args), extra, shared_warm_start=shared
     )
-    if args.dry_run:
-        fields = ["algorithm", "group_size", "episodes_per_step", "gamma", "seed", "steps", "warm_start.steps"]
-        dry_run(runs, args.preset, [*fields, "run_dir"])
-        return
-    run_all(runs, args.preset, args.steps, args.jobs)
-    rows = summarize(
-        runs,
-        out,
-        "algorithm",
-        numeric_x=False,
-        metrics=args.metrics,
-        steps=args.steps,
-        curve_metric=args.curve_metric,
-    )
-    exit_on_failures(rows)
+    fields = ["algorithm", "group_size", "episodes_per_step", "gamma", "seed", "steps", "warm_start.steps", "run_dir"]
+    finish(runs, args, out, "algorithm", numeric_x=False, fields=fields)
 
 
 if __name__ == "__main__":

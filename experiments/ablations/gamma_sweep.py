@@ -24,11 +24,8 @@ from experiments.ablations.common import (
     Run,
     base_parser,
     common_overrides,
-    dry_run,
-    exit_on_failures,
-    run_all,
+    finish,
     split_argv,
-    summarize,
     use_shared_warm_start,
     with_shared_warm_start,
 )
@@ -75,20 +72,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     runs = build_runs(
         args.gammas, args.seeds, out, overrides, extra, shared_warm_start=use_shared_warm_start(args, extra)
     )
-    if args.dry_run:
-        dry_run(runs, args.preset, ["gamma", "seed", "steps", "warm_start.steps", "algorithm", "env.env_id", "run_dir"])
-        return
-    run_all(runs, args.preset, args.steps, args.jobs)
-    rows = summarize(
+    finish(
         runs,
+        args,
         out,
         "gamma",
         numeric_x=True,
-        metrics=args.metrics,
-        steps=args.steps,
-        curve_metric=args.curve_metric,
+        fields=["gamma", "seed", "steps", "warm_start.steps", "algorithm", "env.env_id", "run_dir"],
     )
-    exit_on_failures(rows)
 
 
 if __name__ == "__main__":

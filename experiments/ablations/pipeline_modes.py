@@ -19,11 +19,8 @@ from experiments.ablations.common import (
     Run,
     base_parser,
     common_overrides,
-    dry_run,
-    exit_on_failures,
-    run_all,
+    finish,
     split_argv,
-    summarize,
 )
 
 MODES = {
@@ -49,20 +46,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(own)
     out = Path(args.out).resolve()
     runs = build_runs(args.modes, args.seeds, args.num_envs, out, common_overrides(args), extra)
-    if args.dry_run:
-        dry_run(runs, args.preset, ["pipeline", "env.num_envs", "episodes_per_step", "seed", "steps", "run_dir"])
-        return
-    run_all(runs, args.preset, args.steps, args.jobs)
-    rows = summarize(
+    finish(
         runs,
+        args,
         out,
         "mode",
         numeric_x=False,
-        metrics=args.metrics,
-        steps=args.steps,
-        curve_metric=args.curve_metric,
+        fields=["pipeline", "env.num_envs", "episodes_per_step", "seed", "steps", "run_dir"],
     )
-    exit_on_failures(rows)
 
 
 if __name__ == "__main__":
