@@ -351,12 +351,12 @@ def rollout_alone(args, wl: Workload, run_dir: str) -> dict[str, Any]:
         CLOCK.seconds, CLOCK.on = 0.0, True
         probe.window()
         probe.finishes = 0
-        eng.run({0: trainer.state.model()}, until=lambda: probe.finishes >= target)
+        eng.run({0: trainer.policy()}, until=lambda: probe.finishes >= target)
         w = probe.close()
         wall = w["wall"]
         CLOCK.on = False
         compile_s = CLOCK.seconds
-        eng.run({0: trainer.state.model()})  # the rest, untimed
+        eng.run({0: trainer.policy()})  # the rest, untimed
     finally:
         trainer.close()
     return {

@@ -531,9 +531,14 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
 
     errors += learner_errors(cfg.learner, lambda name: f(f"learner.{name}"))
     errors += range_errors(cfg, f)
+    split = cfg.mesh.split_errors(num_devices)
+    errors += split
+    learner_devices = num_devices - (0 if split else cfg.mesh.rollout_devices)
     try:
-        sizes = cfg.mesh.resolve(num_devices)
+        sizes = cfg.mesh.resolve(learner_devices)
     except ValueError as e:
+        if learner_devices != num_devices:
+            e = f"the learner's mesh (the {learner_devices} devices {f('mesh.rollout_devices')} leaves): {e}"
         errors.append(str(e))
     else:
         batch_axes = sizes[0] * sizes[1]

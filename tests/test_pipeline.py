@@ -42,10 +42,10 @@ class Recording(Trainer):
         super().__init__(cfg)
         self.trained: list[list[tuple]] = []
 
-    def learn(self, episodes, *, sft: bool = False):
+    def learn(self, episodes, *, sft: bool = False, **kw):
         if not sft:
             self.trained.append([(e.episode_id, *_actions(e)) for e in episodes])
-        return super().learn(episodes, sft=sft)
+        return super().learn(episodes, sft=sft, **kw)
 
 
 def _actions(e) -> tuple[list[int], list[int]]:

@@ -15,6 +15,34 @@ class MeshConfig:
     data: int = 1
     fsdp: int = 1
     tensor: int = 1
+    rollout_devices: int = 0
+    """split meshes: the sampler (rollout engine) on the first N devices, the learner on the rest, each with its own
+    mesh; after each update the weights move device to device (`jgem.sharding.publish`). 0: both on every device"""
+    rollout_data: int = -1
+    """the sampler's mesh, with --mesh.rollout-devices: its data axis (its own layout, e.g. more data-parallel rows)"""
+    rollout_fsdp: int = 1
+    rollout_tensor: int = 1
+    """the sampler's tensor axis (KV heads split over it)"""
+
+    def rollout(self) -> MeshConfig:
+        """The sampler's mesh axes (with `rollout_devices`)."""
+        return MeshConfig(self.rollout_data, self.rollout_fsdp, self.rollout_tensor)
+
+    def split_errors(self, num_devices: int) -> list[str]:
+        """What is wrong with the split of `num_devices` devices (empty when there is none, or it is sound)."""
+        n = self.rollout_devices
+        if n == 0:
+            return []
+        if not 0 < n < num_devices:
+            return [
+                f"mesh.rollout_devices {n} must leave devices to the learner and take some: 0 (no split) or 1.."
+                f"{num_devices - 1} of the {num_devices} devices"
+            ]
+        try:
+            self.rollout().resolve(n)
+        except ValueError as e:
+            return [f"the sampler's mesh (--mesh.rollout-*): {e}"]
+        return []
 
     def resolve(self, num_devices: int) -> tuple[int, int, int]:
         """Axis sizes for `num_devices` devices, or a ValueError saying which sizes would work."""

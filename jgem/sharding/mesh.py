@@ -31,6 +31,20 @@ def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mes
     return Mesh(dev_array, AXES, axis_types=(AxisType.Auto,) * len(AXES))
 
 
+def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> tuple[Mesh, Mesh]:
+    """(the learner's mesh, the sampler's): with `cfg.rollout_devices` N the sampler's over the first N devices
+    (`cfg.rollout()`'s axes), the learner's over the rest; without, one mesh over every device, twice."""
+    cfg = cfg or MeshConfig(data=-1)
+    devices = list(jax.devices() if devices is None else devices)
+    n = cfg.rollout_devices
+    if not n:
+        mesh = make_mesh(cfg, devices)
+        return mesh, mesh
+    if errors := cfg.split_errors(len(devices)):
+        raise ValueError(errors[0])
+    return make_mesh(cfg, devices[n:]), make_mesh(cfg.rollout(), devices[:n])
+
+
 def process_max(values) -> list[int]:
     """The element-wise maximum of `values` (integers) over all processes: one host all-gather; in one process,
     `values` themselves. Every process must call it, with as many values."""

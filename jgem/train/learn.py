@@ -5,6 +5,8 @@ download of its metrics."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -39,12 +41,21 @@ class Learner(Run):
         cfg = self.cfg
         return StepSpec.of(self.algorithm, gamma=cfg.gamma, lam=cfg.lam, kl_coef=cfg.learner.kl_coef)
 
-    def learn(self, episodes: list[Episode], *, sft: bool = False) -> dict[str, float]:
-        """One update on `episodes`: pack, one upload, one program (`jgem.algos.step.train_step`), one download.
-        Returns the packing's metrics and the update's (unprefixed: loss, grad_norm, ...)."""
+    def learn(
+        self, episodes: list[Episode], *, sft: bool = False, meanwhile: Callable[[Any], None] | None = None
+    ) -> dict[str, float]:
+        """One update on `episodes`: pack, one upload, one program (`jgem.algos.step.train_step`), one download,
+        then (split meshes) the new weights published to the sampler. `meanwhile(metrics)`, when given, runs after
+        the program is dispatched and before its metrics are read: with split meshes the sampler's devices go on
+        generating (the pipeline's steps ahead) while the learner's run the update. Returns the packing's metrics
+        and the update's (unprefixed: loss, grad_norm, ...)."""
         host, metrics = self.pack(episodes, sft=sft)
         self.state, m = self._train_step(self.state, self.upload(host), self.step_spec(sft=sft))
-        return metrics | self.download(m)
+        if meanwhile is not None:
+            meanwhile(m)
+        metrics |= self.download(m)
+        self.publish()
+        return metrics
 
     def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
         """The `TrainBatch` `learn` updates on (advantages, critic targets, reference log-probs on the tokens),

@@ -134,7 +134,8 @@ class Trainer(Learner):
         t1 = time.perf_counter()
         if pipe is not None:
             pipe.before_update(step)
-        metrics = {k if "/" in k else f"train/{k}": v for k, v in self.learn(episodes).items()}
+        meanwhile = None if pipe is None else (lambda m: pipe.meanwhile(step, m))
+        metrics = {k if "/" in k else f"train/{k}": v for k, v in self.learn(episodes, meanwhile=meanwhile).items()}
         check_finite_loss(metrics["train/loss"], step, episodes)
         if pipe is not None:
             pipe.after_update(step)
@@ -152,6 +153,13 @@ class Trainer(Learner):
             "pipeline/staleness_mean": float(stale.mean()) if stale.size else 0.0,
             "pipeline/staleness_max": float(stale.max()) if stale.size else 0.0,
         }
+        if self.publisher is not None:  # split meshes: the update's publication to the sampler's devices
+            metrics |= {
+                "pipeline/publish_bytes": float(self.publisher.bytes),
+                "pipeline/publish_s": self.publisher.seconds,
+            }
+            if pipe is not None:  # what the sampler's devices played while the learner's updated
+                metrics["pipeline/tokens_during_update"] = float(pipe.during_update)
         return metrics
 
     def warm_start(self, log) -> None:
@@ -220,6 +228,7 @@ class Trainer(Learner):
             (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2, default=str))
             return False
         self.state = restored.state
+        self.publish(full=True)
         self.host = {k: restored.host[k] for k in HOST_KEYS}
         if self.pipeline:
             self.pipeline.restore(self.host["step"])

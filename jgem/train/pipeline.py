@@ -62,6 +62,7 @@ class Pipeline:
         self.key = jax.random.key(trainer.cfg.seed)  # step s draws from stream 2s: fold_in(key, 2s), as `Run.collect`
         self.next_submit = 0  # the first step not submitted yet
         self.kept: dict[int, Any] = {}  # off_policy: version -> params still playing in-flight episodes
+        self.during_update = 0  # split meshes: action tokens sampled while the last update ran (`meanwhile`)
 
     @property
     def engine(self):
@@ -94,11 +95,25 @@ class Pipeline:
         return self.engine.take(ids, stream=2 * step)
 
     def models(self, step: int) -> dict[int, Any]:
-        """The policies the engine plays with: the learner's (version `step`) and, off_policy, every kept one."""
-        s = self.trainer.state
-        out = {v: nnx.merge(s.graphdef, p, s.model_state) for v, p in self.kept.items()}
-        out[step] = s.model()
+        """The policies the engine plays with: the learner's (version `step`) and, off_policy, every kept one (with
+        split meshes, the sampler's copies)."""
+        t = self.trainer
+        rest = t.state.model_state if t.publisher is None else t.sampler_model_state
+        out = {v: nnx.merge(t.state.graphdef, p, rest) for v, p in self.kept.items()}
+        out[step] = t.policy()
         return out
+
+    def meanwhile(self, step: int, update: Any) -> None:
+        """While the update of step `step` runs (its outputs `update` not ready yet): with split meshes the engine
+        plays on with version `step` (the steps ahead), until the update is done or nothing is left to play. On
+        one mesh the update holds the devices, so there is nothing to overlap."""
+        if self.trainer.publisher is None:
+            return
+        leaves = jax.tree.leaves(update)
+        done = lambda: not self.engine.busy or all(x.is_ready() for x in leaves)
+        before = self.engine.stats.action_tokens
+        self.engine.run(self.models(step), until=done)
+        self.during_update = self.engine.stats.action_tokens - before
 
     def before_update(self, step: int) -> None:
         """off_policy: keep version `step`'s params when in-flight or queued episodes still need them (the update
@@ -108,8 +123,9 @@ class Pipeline:
         used = self.engine.versions_in_use()
         oldest = -process_max([-min(used, default=step + 1)])[0]  # every process keeps the same versions (lockstep)
         self.kept = {v: p for v, p in self.kept.items() if v >= oldest}
-        if oldest <= step:
-            self.kept[step] = _copy(self.trainer.state.params)
+        if oldest <= step:  # split meshes: the sampler's copy, which the publication leaves as it is
+            t = self.trainer
+            self.kept[step] = _copy(t.state.params) if t.publisher is None else t.sampler_params
 
     def after_update(self, step: int) -> None:
         """async: publish version `step + 1` to every queued and live episode."""

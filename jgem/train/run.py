@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from flax import nnx
 
 from jgem.algos.algorithms import get_algorithm
 from jgem.algos.critic import make_critic
@@ -31,7 +32,9 @@ from jgem.models.transformer import Transformer, init_model
 from jgem.rollout.config import MAX_RESAMPLE_ROUNDS
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.episode import Episode
-from jgem.sharding.mesh import make_mesh
+from jgem.sharding.mesh import split_meshes
+from jgem.sharding.publish import Publisher
+from jgem.sharding.rules import tree_shardings
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
 RESAMPLE_SEED_OFFSET = 2_000_000_000  # nor do the seeds of dynamic sampling's extra rounds (jgem.train.dynamic)
@@ -62,7 +65,8 @@ class Run:
         self.cfg = cfg
         self.algorithm = get_algorithm(cfg.algorithm)
         self.run_dir = Path(cfg.run_dir)
-        self.mesh = make_mesh(cfg.mesh)
+        # the learner's mesh and the sampler's: the same one, or with --mesh.rollout-devices disjoint devices
+        self.mesh, self.rollout_mesh = split_meshes(cfg.mesh)
         self.curriculum = (
             Curriculum(cfg.curriculum.horizons, cfg.curriculum.stage_steps)
             if cfg.curriculum.horizons
@@ -88,9 +92,13 @@ class Run:
             reference=optimizer and cfg.learner.kl_coef > 0,
             optimizer=optimizer,
         )
+        # split meshes: the sampler's own copy of the policy on its devices, published after each update
+        self.publisher = Publisher(self.mesh, self.rollout_mesh) if self.rollout_mesh is not self.mesh else None
+        self.sampler_params = self.sampler_model_state = None
+        self.publish(full=True)
         self.pool = self._make_pool(cfg.env)
         self.engine = RolloutEngine(
-            self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.mesh
+            self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.rollout_mesh
         )
 
     def _make_pool(self, env: EnvConfig) -> EnvPool:
@@ -118,6 +126,26 @@ class Run:
         self.env_max_turns = None if env.backend == "remote" else env_turn_limit(env_id, env.env_kwargs)
         self.pool = self._make_pool(env)
         self.engine.pool, self.engine.env_name = self.pool, env_id
+
+    def policy(self):
+        """The policy the rollout engine samples with: the learner's (one mesh), or the sampler's published copy."""
+        if self.publisher is None:
+            return self.state.model()
+        return nnx.merge(self.state.graphdef, self.sampler_params, self.sampler_model_state)
+
+    def publish(self, *, full: bool = False) -> None:
+        """Split meshes: the learner's params onto the sampler's devices, device to device (`Publisher`); with
+        `full` the rest of the policy too (its frozen part, e.g. LoRA's base weights: at the start and after a
+        restore). With LoRA the params are the adapters, so only they move after an update. The sampler's old
+        arrays stay valid (an off_policy run keeps playing older versions with them)."""
+        if self.publisher is None:
+            return
+        on = lambda tree: tree_shardings(tree, self.rollout_mesh, self.state.rules)
+        if full or self.sampler_model_state is None:
+            self.sampler_model_state = self.publisher(
+                self.state.model_state, on(self.state.model_state), self.sampler_model_state
+            )
+        self.sampler_params = self.publisher(self.state.params, on(self.state.params), self.sampler_params)
 
     def on_mesh(self, fn: Callable) -> Callable:
         """`fn` called (and so traced) with the run's mesh in context (jax.set_mesh): the model's activation
@@ -158,7 +186,7 @@ class Run:
         cfg = self.cfg
         key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
         return self.engine.collect(
-            self.state.model(),
+            self.policy(),
             self.specs(step, eval=eval, round=round),
             key,
             max_turns=self.horizon(step, eval=eval),
@@ -178,6 +206,7 @@ class Run:
             keep = ("step", "params", "model_state")
             part = ckpt.restore_part(step, {k: getattr(self.state, k) for k in keep})
         self.state = self.state.replace(**part)
+        self.publish(full=True)
 
     def close(self) -> None:
         self.pool.close()

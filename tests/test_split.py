@@ -1,0 +1,150 @@
+"""Split meshes (`--mesh.rollout-devices`): the sampler and the learner on disjoint devices of one process, the
+learner's weights published device to device (`jgem.sharding.publish`) after each update."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from jgem.config import ConfigError
+from jgem.models.config import LoraConfig, preset
+from jgem.models.transformer import init_model
+from jgem.sharding.config import MeshConfig
+from jgem.sharding.mesh import make_mesh, split_meshes
+from jgem.sharding.publish import Publisher, shard_bytes
+from jgem.sharding.rules import tree_shardings
+from jgem.train.loop import Trainer
+from tests.test_pipeline import _allclose, _metrics, config, run
+from tests.test_pipeline import test_after_a_publication_the_sampler_samples_the_new_policy as sampler_samples_new
+
+SPLIT = MeshConfig(data=-1, rollout_devices=4)
+
+
+def _params(mesh):
+    cfg = preset("tiny", num_layers=1, hidden_size=64, intermediate_size=128, num_heads=2, num_kv_heads=2)
+    return nnx.split(init_model(cfg, seed=3, mesh=mesh), nnx.Param, ...)[1]
+
+
+def test_publication_moves_every_shard_device_to_device_into_the_samplers_own_layout():
+    devices = jax.devices()
+    learner, sampler = split_meshes(MeshConfig(fsdp=-1, rollout_devices=4, rollout_data=2, rollout_tensor=2), devices)
+    assert set(learner.devices.flat) == set(devices[4:]) and set(sampler.devices.flat) == set(devices[:4])
+    params = _params(learner)
+    targets = tree_shardings(params, sampler)
+    pub = Publisher(learner, sampler)
+    assert pub.collective
+    first = pub(params, targets)
+    old = jax.tree.map(np.asarray, first)
+    params2 = jax.tree.map(lambda x: x * 2, params)
+    with jax.transfer_guard("disallow"):  # no host round trip, and no device_put either: one program's collective
+        second = pub(params2, targets, into=first)
+    for out, src in ((first, params), (second, params2)):
+        for x, y, t in zip(jax.tree.leaves(out), jax.tree.leaves(src), jax.tree.leaves(targets), strict=True):
+            assert x.sharding == t and x.sharding.device_set == set(sampler.devices.flat)
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # the version the sampler had stays as it was (an off_policy run still plays it)
+    for x, y in zip(jax.tree.leaves(first), jax.tree.leaves(old)):
+        np.testing.assert_array_equal(np.asarray(x), y)
+    # what moved: every sampler device's shards (tensor-split leaves half, replicated ones whole)
+    want = sum(s.data.nbytes for x in jax.tree.leaves(second) for s in x.addressable_shards)
+    assert pub.bytes == want and 0 < pub.max_device_bytes < want
+    # the program is a collective permute, nothing through the host
+    leaves = jax.tree.leaves(params)
+    hlo = pub.compiled(
+        [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves], [t.spec for t in jax.tree.leaves(targets)]
+    ).as_text()
+    assert "collective-permute" in hlo
+    assert not any(op in hlo for op in ("outfeed", "host-transfer", "custom-call(")), "a host transfer in publication"
+
+
+def test_unequal_split_in_one_process_publishes_by_device_put():
+    learner, sampler = split_meshes(MeshConfig(data=-1, rollout_devices=2))
+    assert learner.devices.size == 6
+    params = _params(learner)
+    pub = Publisher(learner, sampler)
+    assert not pub.collective
+    out = pub(params, tree_shardings(params, sampler))
+    _allclose(out, params)
+
+
+def test_meshes_that_share_devices_and_bad_splits_are_refused():
+    mesh = make_mesh(MeshConfig(data=-1))
+    with pytest.raises(ValueError, match="share devices"):
+        Publisher(mesh, mesh)
+    with pytest.raises(ValueError, match=r"rollout_devices 8 must leave devices to the learner"):
+        split_meshes(MeshConfig(data=-1, rollout_devices=8))
+    with pytest.raises(ValueError, match=r"the sampler's mesh \(--mesh.rollout-\*\)"):
+        split_meshes(MeshConfig(data=-1, rollout_devices=3, rollout_tensor=2))
+
+
+def test_a_bad_split_is_a_config_error_naming_the_flag(tmp_path):
+    for mesh, flag in [
+        (MeshConfig(data=-1, rollout_devices=9), "rollout_devices 9"),
+        (MeshConfig(data=-1, rollout_devices=2, rollout_tensor=4), "--mesh.rollout-"),
+        (
+            MeshConfig(data=3, rollout_devices=4),
+            "learner's mesh \\(the 4 devices (--)?mesh.rollout[-_]devices leaves\\): .* needs 3 devices",
+        ),
+    ]:
+        with pytest.raises(ConfigError, match=flag):
+            Trainer(config(tmp_path, "a", mesh=mesh))
+
+
+@pytest.mark.slow
+def test_a_split_sync_run_samples_what_one_mesh_samples_and_trains_alike(tmp_path):
+    one, s1 = run(config(tmp_path, "one"))
+    split, s2 = run(config(tmp_path, "split", mesh=SPLIT))
+    assert split.publisher is not None and split.engine.slots.mesh is split.rollout_mesh
+    assert split.trained == one.trained  # the same tokens: a row's sampling does not depend on the mesh
+    _allclose(split.state.params, one.state.params)  # the learner's reductions over 4 devices, not 8
+    lines = [x for x in _metrics(tmp_path / "split") if "pipeline/publish_bytes" in x]
+    assert len(lines) == 4 and all(x["pipeline/publish_bytes"] > 0 and x["pipeline/publish_s"] > 0 for x in lines)
+
+
+@pytest.mark.slow
+def test_a_split_off_policy_run_trains_on_the_episodes_of_one_mesh(tmp_path):
+    """off_policy lag 2 on split meshes: the steps ahead play on the sampler's devices while the learner's train,
+    and every step trains on exactly the episodes the one-mesh run trains on (version max(0, s - 2))."""
+    env = {"env_id": "test:talk", "num_envs": 8}
+    one, _ = run(config(tmp_path, "one", "off_policy", 2, env=env))
+    split, _ = run(config(tmp_path, "split", "off_policy", 2, env=env, mesh=SPLIT))
+    assert split.trained == one.trained
+    _allclose(split.state.params, one.state.params)
+    during = [x["pipeline/tokens_during_update"] for x in _metrics(tmp_path / "split") if "train/loss" in x]
+    assert len(during) == 4 and sum(during) > 0, during  # the steps ahead sampled while the learner's devices updated
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lora", [False, True])
+def test_after_a_publication_the_split_sampler_samples_the_new_policy(tmp_path, monkeypatch, lora):
+    """The pipeline test of the sampler's log-probs (each token's under its version's params), with the sampler
+    on its own devices: the publication delivered each version (with LoRA, the adapters: only they move)."""
+    real = config
+
+    def split_config(*args, **kw):
+        cfg = real(*args, **kw)
+        return dataclasses.replace(cfg, mesh=SPLIT)
+
+    monkeypatch.setattr("tests.test_pipeline.config", split_config)
+    sampler_samples_new(tmp_path, lora)
+
+
+def test_with_lora_only_the_adapters_move_after_an_update(tmp_path):
+    cfg = config(tmp_path, "a", steps=1, mesh=SPLIT, model={"lora": LoraConfig(rank=4, alpha=8.0)})
+    tr = Trainer(cfg)
+    try:
+        full = shard_bytes(tr.sampler_model_state)[0]  # the frozen base, published once at the start
+        base = jax.tree.leaves(tr.sampler_model_state)
+        tr.train_step(0)
+        adapters = sum(s.data.nbytes for x in jax.tree.leaves(tr.sampler_params) for s in x.addressable_shards)
+        assert tr.publisher.bytes == adapters < full / 10
+        assert all(a is b for a, b in zip(base, jax.tree.leaves(tr.sampler_model_state)))  # the base stayed put
+    finally:
+        tr.close()
