@@ -60,13 +60,12 @@ def worker(args) -> dict:
         initialize(f"localhost:{args.port}", nproc, pid)
     import numpy as np
     from flax import nnx
-    from jax.sharding import NamedSharding
 
     from jgem.models.config import preset
     from jgem.models.transformer import init_model
     from jgem.sharding.config import MeshConfig
     from jgem.sharding.mesh import split_meshes
-    from jgem.sharding.publish import Publisher, shard_bytes
+    from jgem.sharding.publish import shard_bytes
     from jgem.sharding.rules import tree_shardings
 
     n = jax.device_count() // 2
@@ -77,20 +76,7 @@ def worker(args) -> dict:
     out = {"process": pid, "learner": _digest(params) if mine(learner) else None, "ways": {}}
     for way in args.ways:
         try:
-            if way == "union":
-                pub = Publisher(learner, sampler)
-                into = None
-                fn = lambda into: pub(params, targets, into)
-            elif way == "device_put":
-                fn = lambda into: jax.block_until_ready(jax.device_put(params, targets, may_alias=False))
-            elif way == "device_put+dcn":  # across hosts it moves shard i to shard i: the sampler's layout first
-                mirror = Publisher(learner, sampler).mirror
-                layout = jax.jit(
-                    lambda xs: xs, out_shardings=jax.tree.map(lambda t: NamedSharding(mirror, t.spec), targets)
-                )
-                fn = lambda into: jax.block_until_ready(jax.device_put(layout(params), targets, may_alias=False))
-            else:
-                fn = _transfer(params, targets, learner, sampler)
+            fn = _way(way, params, targets, learner, sampler)
             times, into = [], fn(None)  # warm-up (compiles)
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
@@ -101,6 +87,25 @@ def worker(args) -> dict:
         except Exception as e:  # noqa: BLE001 - the bench reports what each way says
             out["ways"][way] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
     return out
+
+
+def _way(way: str, params, targets, learner, sampler):
+    """`publish(into) -> the sampler's new copy` for one way."""
+    import jax
+    from jax.sharding import NamedSharding
+
+    from jgem.sharding.publish import Publisher
+
+    if way == "union":
+        pub = Publisher(learner, sampler)
+        return lambda into: pub(params, targets, into)
+    if way == "device_put":
+        return lambda into: jax.block_until_ready(jax.device_put(params, targets, may_alias=False))
+    if way == "device_put+dcn":  # across hosts it moves shard i to shard i: the sampler's layout first
+        mirror = Publisher(learner, sampler).mirror
+        layout = jax.jit(lambda xs: xs, out_shardings=jax.tree.map(lambda t: NamedSharding(mirror, t.spec), targets))
+        return lambda into: jax.block_until_ready(jax.device_put(layout(params), targets, may_alias=False))
+    return _transfer(params, targets, learner, sampler)
 
 
 def _transfer(params, targets, learner, sampler):
@@ -199,7 +204,7 @@ def rows(results: list[dict], setting: str) -> list[dict]:
             row |= {
                 "works": sampler == learner,
                 "ms": round(max(p["ms"] for p in per), 2),
-                "bytes": sum(p["bytes"] for p in per),
+                "bytes": max(p["bytes"] for p in per),  # every process counts all devices
             }
         out.append(row)
     return out
