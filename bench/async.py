@@ -52,6 +52,11 @@ the JSON says which of rollout / update bounds the step (`bound`). A markdown ta
 episodes on 16 envs, at most 4 turns, latencies x0.1 (compile-bound: 5-15 minutes on a 2-core CPU; its numbers
 and goals mean nothing). `--envs` keeps some of the workloads' envs, `--stale-kv recompute` the async variant.
 
+Split meshes (`MODE@R`: the sampler on R devices, the learner on the rest, weights published after each update;
+docs/scaling.md, "Split meshes"): run with simulated CPU devices, e.g. `JAX_NUM_CPU_DEVICES=8` and `sync@4 async:2@4`
+beside `sync async:2` on the same 8 devices. The devices share the machine's cores, so the overlap a split buys on
+real chips is bounded here by them (docs/benchmarks.md says by how much).
+
     .venv/bin/python bench/async.py --quick                   # smoke run
     .venv/bin/python bench/async.py                           # both workloads, all five modes
     .venv/bin/python bench/async.py --workloads b --modes sync async:1 async:4 --steps 20
@@ -77,6 +82,7 @@ from jgem.config import CurriculumConfig, EnvConfig, ModelSpec, PipelineConfig, 
 from jgem.envs.pool import EnvPool
 from jgem.rollout.config import RolloutConfig
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
+from jgem.sharding.config import MeshConfig
 from jgem.train.loop import Trainer
 from jgem.train.pipeline import staleness
 
@@ -109,8 +115,9 @@ def token_limit(seed: int, spec: EpisodeSpec, turn: int) -> int:
 
 
 def pipeline_config(mode: str, stale_kv: str) -> PipelineConfig:
-    """'sync', 'off_policy:K' or 'async:N' as a `PipelineConfig`."""
-    name, _, k = mode.partition(":")
+    """'sync', 'off_policy:K' or 'async:N' (each optionally '@R': split meshes, R sampler devices) as a
+    `PipelineConfig`."""
+    name, _, k = mode.partition("@")[0].partition(":")
     if name == "sync":
         return PipelineConfig("sync")
     if name == "off_policy":
@@ -218,9 +225,18 @@ class Probe:
         return out | {"live": self.live_s, "empty": self.empty_s}
 
 
+def split_devices(mode: str) -> int:
+    """R of a mode 'X@R' (split meshes: the sampler on R devices, the learner on the rest), else 0."""
+    _, at, r = mode.partition("@")
+    if at and (not r.isdigit() or not 0 < int(r) < jax.device_count()):
+        raise SystemExit(f"mode {mode!r}: @R takes 1..{jax.device_count() - 1} devices (set JAX_NUM_CPU_DEVICES)")
+    return int(r) if at else 0
+
+
 def make_config(args, wl: Workload, mode: str, run_dir: str) -> TrainConfig:
     pipe = pipeline_config(mode, args.stale_kv)
     return TrainConfig(
+        mesh=MeshConfig(data=-1, rollout_devices=split_devices(mode)),
         run_dir=run_dir,
         seed=args.seed,
         # beyond the timed steps: the producer keeps `ahead` steps submitted through the last timed step
@@ -452,6 +468,7 @@ def main() -> None:
         raise SystemExit(f"--envs {sorted(set(args.envs) - known)} not in workloads {args.workloads}: {sorted(known)}")
     for m in args.modes:
         pipeline_config(m, args.stale_kv)  # fail fast on a bad name
+        split_devices(m)
     print(json.dumps({"kind": "config", **vars(args), "platform": jax.devices()[0].platform}), flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="jgem-bench-async-") as tmp:

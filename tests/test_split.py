@@ -148,3 +148,18 @@ def test_with_lora_only_the_adapters_move_after_an_update(tmp_path):
         assert all(a is b for a, b in zip(base, jax.tree.leaves(tr.sampler_model_state)))  # the base stayed put
     finally:
         tr.close()
+
+
+@pytest.mark.multiprocess
+def test_across_two_processes_the_samplers_log_probs_after_a_publication_are_the_learners(tmp_path):
+    """Process 0's 2 devices sample, process 1's train: the publication is one program over the 4 devices of both
+    processes (plain multi-controller JAX, gloo here), under a guard against any host or device_put transfer; the
+    sampler's copy then scores tokens as the learner's params do."""
+    from tests.multiprocess import run_workers
+
+    outs = [tmp_path / f"p{i}.json" for i in range(2)]
+    sampler, learner = run_workers("tests.publish_worker", outs, devices=2, timeout=300)
+    assert sampler["collective"] and sampler["bytes"] == learner["bytes"] > 0
+    assert sampler["sampler_devices"] == [0] and "learner" not in sampler and "sampler" not in learner
+    np.testing.assert_allclose(sampler["sampler"], learner["learner"], atol=1e-5)
+    assert np.abs(np.asarray(learner["learner"])).max() > 0

@@ -131,3 +131,55 @@ def test_make_mesh_splits_physical_axes_for_tensor_8_on_v5e_4x4():
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "{'data': 1, 'fsdp': 2, 'tensor': 8} 16"
+
+
+@pytest.mark.slow
+@needs_libtpu
+@pytest.mark.xdist_group("tpu-aot")
+def test_a_split_pods_publication_compiles_to_collective_permutes_of_the_samplers_shards(tmp_path):
+    """v5p:2x2x2 split 4 + 4: the learner's fsdp layout resharded on its own chips to the sampler's (data 2 x
+    tensor 2), then one program over all 8 chips whose communication is collective permutes; each chip sends its
+    paired sampler chip's share of the float32 params, no more."""
+    rows = aot(
+        tmp_path,
+        "--topology",
+        "v5p:2x2x2",
+        "--programs",
+        "publish",
+        "--mesh.rollout-devices",
+        "4",
+        "--mesh.rollout-data",
+        "2",
+        "--mesh.rollout-tensor",
+        "2",
+    )
+    res = {r["program"]: r for r in rows}
+    assert set(res) == {"publish_reshard", "publish"}
+    pub = res["publish"]
+    assert pub["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
+    assert pub["rollout_mesh"] == {"data": 2, "fsdp": 1, "tensor": 2}
+    assert pub["fits"] and pub["collective_permutes"] > 0
+    cfg = preset("tiny")
+    # the sampler's layout splits the big matrices over tensor 2 and replicates the rest, so a chip receives
+    # between a half and all of the params (float32)
+    assert cfg.num_params * 4 / 2 < pub["publish_bytes_per_chip"] < cfg.num_params * 4
+    assert pub["publish_bytes_total"] == pytest.approx(4 * pub["publish_bytes_per_chip"], rel=0.01)
+    assert pub["max_hops"] >= 1 and pub["max_link_gib"] * GIB >= pub["publish_bytes_per_chip"]
+    assert pub["publish_s_at_ici"] == pytest.approx(pub["max_link_gib"] * GIB / 100e9, rel=1e-6)
+    assert res["publish_reshard"]["chips"] == 4 and res["publish_reshard"]["leaves_resharded"] > 0
+
+
+def test_link_loads_route_each_pair_the_short_way_round_the_torus():
+    from types import SimpleNamespace as D
+
+    from experiments.tpu_pod.aot import link_loads
+
+    ring = [D(coords=(0, 0, z)) for z in range(8)]  # one z ring of 8 chips (wrap-around links)
+    # z and z + 4 are 4 hops apart either way: even sources go up, odd ones down, so no link carries more than 2
+    pairs = [(ring[z], ring[z + 4]) for z in range(4)]
+    worst, hops = link_loads(pairs, 10)
+    assert hops == 4 and worst == 20
+    # neighbours: one hop each, every link once
+    assert link_loads([(ring[z], ring[z + 1]) for z in range(0, 8, 2)], 10) == (10.0, 1)
+    # a line of 2 (no wrap): straight across
+    assert link_loads([(D(coords=(0, 0)), D(coords=(1, 0)))], 7) == (7.0, 1)

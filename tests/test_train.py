@@ -363,6 +363,35 @@ def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tm
     assert [r["step"] for r in rows] == [1, 2, 3]
 
 
+SPLIT = {
+    "steps": 2,
+    "checkpoint_every": 2,
+    "pipeline": {"mode": "off_policy", "lag": 1},
+    "mesh": {"rollout_devices": 2},
+    "param_probe": 1,
+}
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_on_split_meshes_train_like_one(tmp_path):
+    """Split meshes over 2 processes x 2 devices: each process gives one device to the sampler and one to the learner
+    (--mesh.rollout-placement per_process), plays its envs' episodes on the sampler's mesh (both processes' sampler
+    devices, in lockstep) and trains them on the learner's; each update is published by one program over all 4
+    devices. Against 1 process x 4 devices split 2 + 2 with the global batch: the same losses and params."""
+    two = _summaries(_two_processes({**SPLIT, "run_dir": str(tmp_path / "two")}, devices=2))
+    one = {**SPLIT, "run_dir": str(tmp_path / "one"), "episodes_per_step": 8, "env": {"num_envs": 8}}
+    ref = _summary(_run(one, env={"XLA_FLAGS": xla_flags(4)}))
+    rows = [r for r in read_jsonl(tmp_path / "two" / "metrics.jsonl") if "train/loss" in r]
+    ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
+    assert len(rows) == 2 and all(r["pipeline/publish_bytes"] > 0 for r in rows)
+    assert [r["pipeline/publish_bytes"] for r in rows] == [r["pipeline/publish_bytes"] for r in ref_rows]
+    for a, b in zip(rows, ref_rows, strict=True):
+        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
+    for a, b in zip(two[0]["param_probe"], ref["param_probe"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_evaluation_plays_to_the_env_limit_whatever_the_curriculum(tmp_path, monkeypatch):
     """Issue 20 bug 9: eval at the env's own turn limit (or eval_max_turns), training at the curriculum's."""
     from jgem.config import CurriculumConfig

@@ -58,7 +58,8 @@ from jgem.models.platform import target_platform
 from jgem.models.transformer import Transformer, scans_layers
 from jgem.rollout.slots import SlotEngine
 from jgem.sharding.config import MeshConfig
-from jgem.sharding.mesh import batch_axis_size, make_mesh
+from jgem.sharding.mesh import batch_axis_size, split_meshes
+from jgem.sharding.publish import Publisher, shard_bytes
 from jgem.sharding.rules import DEFAULT_RULES, batch_sharding, tree_shardings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,14 +70,18 @@ GIB = 2**30
 class Chip:
     hbm_bytes: int
     peak_bf16_flops: float
+    ici_link_bytes_s: float  # one ICI link, one direction: the chip's bidirectional ICI bandwidth / (2 x its links)
+    dcn_bytes_s: float  # the data-center network per chip
 
 
-# per chip: HBM and peak bf16 FLOP/s (Cloud TPU documentation)
+# per chip: HBM, peak bf16 FLOP/s, bidirectional ICI GB/s over its links and DCN Gbps (Cloud TPU documentation,
+# e.g. cloud.google.com/tpu/docs/v5p: v5p 1200 GB/s bidirectional ICI per chip over the 6 links of its 3D torus,
+# 50 Gbps DCN; v5e 1600 Gbps ICI over 4 links of a 2D torus; v4 2400 Gbps over 6; v6e 3584 Gbps over 4)
 CHIPS = {
-    "v4": Chip(32 * GIB, 275e12),
-    "v5e": Chip(16 * GIB, 197e12),
-    "v5p": Chip(95 * GIB, 459e12),
-    "v6e": Chip(32 * GIB, 918e12),
+    "v4": Chip(32 * GIB, 275e12, 2400e9 / 8 / 12, 25e9 / 8),
+    "v5e": Chip(16 * GIB, 197e12, 1600e9 / 8 / 8, 25e9 / 8),
+    "v5p": Chip(95 * GIB, 459e12, 1200e9 / 12, 50e9 / 8),
+    "v6e": Chip(32 * GIB, 918e12, 3584e9 / 8 / 8, 25e9 / 8),
 }
 
 
@@ -107,7 +112,8 @@ class AotConfig:
     slots: int | None = None  # rollout slots (one per env); default: episodes
     chunk_steps: int = 8  # decode steps per chunk
     extend_chunk: int = 512  # prefill tokens per slot per extend call
-    programs: tuple[Literal["update", "extend", "decode"], ...] = ("update", "extend", "decode")
+    # `publish` (with --mesh.rollout-devices): the learner's params onto the sampler's chips (jgem.sharding.publish)
+    programs: tuple[Literal["update", "extend", "decode", "publish"], ...] = ("update", "extend", "decode")
     mfu: float = 0.4  # the model-FLOPs utilisation the step times assume
     json: str | None = None  # append one JSON line per program to this file
 
@@ -329,16 +335,113 @@ def measure_update(cfg: AotConfig, algo: Algorithm, mcfg: ModelConfig, mesh, chi
     return res
 
 
+def link_loads(pairs: list[tuple], block: int) -> tuple[float, int]:
+    """(the most bytes any one directed ICI link carries, the most hops a pair is apart) when each (source, target)
+    device pair sends `block` bytes at once, routed dimension by dimension (x, then y, then z) the shorter way round
+    the torus (wrap-around links in every dimension of 4 or more chips, as in v4/v5p slices of whole cubes; a tie
+    alternates direction by source coordinate, so opposite halves of a ring use both directions)."""
+    coords = [tuple(d.coords) for pair in pairs for d in pair]
+    dims = [max(c[i] for c in coords) + 1 for i in range(len(coords[0]))]
+    load: dict[tuple, int] = {}
+    most_hops = 0
+    for src, dst in pairs:
+        at, hops = list(src.coords), 0
+        for axis, size in enumerate(dims):
+            fwd = (dst.coords[axis] - at[axis]) % size
+            back = (at[axis] - dst.coords[axis]) % size
+            wrap = size >= 4
+            step = 1 if not wrap and dst.coords[axis] > at[axis] else -1 if not wrap else None
+            if wrap:
+                step = 1 if fwd < back or (fwd == back and at[axis] % 2 == 0) else -1
+            n = abs(dst.coords[axis] - at[axis]) if not wrap else min(fwd, back)
+            for _ in range(n):
+                nxt = list(at)
+                nxt[axis] = (at[axis] + step) % size
+                load[(tuple(at), tuple(nxt))] = load.get((tuple(at), tuple(nxt)), 0) + block
+                at, hops = nxt, hops + 1
+        most_hops = max(most_hops, hops)
+    return float(max(load.values(), default=0)), most_hops
+
+
+def measure_publish(mcfg: ModelConfig, learner, sampler, chip: Chip, head: dict) -> list[dict]:
+    """The publication of the policy's params (what moves after each update without LoRA): the learner-side
+    reshard to the sampler's layout (when they differ) and the permute over both sides' chips, compiled; the bytes
+    each chip sends, and the time at the interconnect's bandwidth with the link loads of the pairs' routes."""
+    pub = Publisher(learner, sampler)
+    if not pub.collective:
+        raise SystemExit("--programs publish needs as many sampler as learner chips (--mesh.rollout-devices = half)")
+    _, params, _ = nnx.split(nnx.eval_shape(lambda: Transformer(mcfg, rngs=nnx.Rngs(0))), nnx.Param, ...)
+    leaves = jax.tree.leaves(params)
+    src = jax.tree.leaves(tree_shardings(params, learner), is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+    dst = jax.tree.leaves(tree_shardings(params, sampler), is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+    avals = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+    total, per_chip = shard_bytes([jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=t) for a, t in zip(avals, dst)])
+    pairs = [(pub.mirror.devices.flat[i], sampler.devices.flat[i]) for i in range(sampler.devices.size)]
+    worst, hops = link_loads(pairs, per_chip)
+    n = sampler.devices.size
+    common = {**head, "algorithm": None, "chips": 2 * n, "model_tflop_per_chip": 0.0, "time_s_at_mfu": 0.0}
+    out = []
+    mirror = [jax.sharding.NamedSharding(pub.mirror, t.spec) for t in dst]
+    moved = [i for i, (s, m) in enumerate(zip(src, mirror)) if not s.is_equivalent_to(m, leaves[i].ndim)]
+    if moved:
+        shapes = [jax.ShapeDtypeStruct(avals[i].shape, avals[i].dtype, sharding=src[i]) for i in moved]
+        lowered = jax.jit(lambda xs: xs, out_shardings=[mirror[i] for i in moved]).lower(shapes)
+        res = {**common, **measure("publish_reshard", lowered, chip, n, 1.0, loops=1, model_tflop=0.0)}
+        res.update(chips=n, leaves_resharded=len(moved))
+        out.append(res)
+    t0 = time.perf_counter()
+    compiled = pub.compiled(avals, [t.spec for t in dst])
+    res = {**common, **_memory(compiled, chip), "program": "publish", "compile_s": time.perf_counter() - t0}
+    hlo = compiled.as_text()
+    res.update(
+        publish_bytes_total=total,
+        publish_bytes_per_chip=per_chip,
+        publish_gib_per_chip=per_chip / GIB,
+        collective_permutes=hlo.count("collective-permute-start") or hlo.count("collective-permute("),
+        max_hops=hops,
+        max_link_gib=worst / GIB,
+        ici_link_gb_s=chip.ici_link_bytes_s / 1e9,
+        publish_s_at_ici=worst / chip.ici_link_bytes_s,
+        publish_s_at_dcn=per_chip / chip.dcn_bytes_s,
+    )
+    out.append(res)
+    return out
+
+
+def _memory(compiled, chip: Chip) -> dict:
+    m = compiled.memory_analysis()
+    total = (
+        m.argument_size_in_bytes
+        + m.output_size_in_bytes
+        - m.alias_size_in_bytes
+        + m.temp_size_in_bytes
+        + m.generated_code_size_in_bytes
+    )
+    return {
+        "argument_gib": m.argument_size_in_bytes / GIB,
+        "output_gib": m.output_size_in_bytes / GIB,
+        "alias_gib": m.alias_size_in_bytes / GIB,
+        "temp_gib": m.temp_size_in_bytes / GIB,
+        "code_gib": m.generated_code_size_in_bytes / GIB,
+        "total_gib": total / GIB,
+        "hbm_gib": chip.hbm_bytes / GIB,
+        "fits": total <= chip.hbm_bytes,
+        "compiled_tflop_per_chip": None,
+    }
+
+
 def run(cfg: AotConfig) -> list[dict]:
     use_libtpu()
     devices = topology_devices(cfg.topology)
     chip = chip_of(cfg.topology)
-    mesh = make_mesh(cfg.mesh, devices=devices)
+    # the learner's mesh and the sampler's (the same one without --mesh.rollout-devices)
+    mesh, rollout = split_meshes(cfg.mesh, devices=devices)
     mcfg = model_config(cfg)
     head = {
         "topology": cfg.topology,
         "chips": len(devices),
         "mesh": dict(mesh.shape),
+        "rollout_mesh": dict(rollout.shape) if rollout is not mesh else None,
         "model": cfg.model,
         "params_b": mcfg.num_params / 1e9,
         "episodes": cfg.episodes,
@@ -352,15 +455,18 @@ def run(cfg: AotConfig) -> list[dict]:
     print(json.dumps(head))
     out = []
     # the rollout's programs do not depend on the algorithm
+    n_roll = rollout.devices.size
     measure_ = lambda name, lowered, **kw: {
         **head,
-        **measure(name, lowered, chip, len(devices), cfg.mfu, **kw),
+        **measure(name, lowered, chip, n_roll, cfg.mfu, **kw),
         "algorithm": None,
+        "chips": n_roll,
     }
     with target_platform("tpu"):
         if "update" in cfg.programs:
             for algo in algorithms(cfg):
-                res = {**head, **measure_update(cfg, algo, mcfg, mesh, chip, len(devices))}
+                res = {**head, **measure_update(cfg, algo, mcfg, mesh, chip, mesh.devices.size)}
+                res["chips"] = mesh.devices.size
                 out.append(res)
                 _print(head, res)
         if {"extend", "decode"} & set(cfg.programs):
@@ -372,13 +478,13 @@ def run(cfg: AotConfig) -> list[dict]:
                 eos_ids=[0],
                 chunk_steps=cfg.chunk_steps,
                 extend_chunk=cfg.extend_chunk,
-                mesh=mesh,
+                mesh=rollout,
                 allocate=False,
             )
             # no remat when sampling: there is no backward pass (and nnx.remat inside decode's while_loop fails
             # to trace today: TraceContextError)
             graphdef, st = abstract_model(mcfg.replace(remat=False))
-            model = (graphdef, with_shardings(st, tree_shardings(st, mesh, DEFAULT_RULES)))
+            model = (graphdef, with_shardings(st, tree_shardings(st, rollout, DEFAULT_RULES)))
             if "extend" in cfg.programs:
                 length = engine.extend_chunk
                 lowered = engine.lower_extend(model, slots, length, cfg.tokens)
@@ -395,6 +501,12 @@ def run(cfg: AotConfig) -> list[dict]:
                 res.update(slots=slots, steps=cfg.chunk_steps, window=cfg.tokens)
                 out.append(res)
                 _print(head, res)
+        if "publish" in cfg.programs:
+            if rollout is mesh:
+                raise SystemExit("--programs publish needs split meshes: set --mesh.rollout-devices")
+            for res in measure_publish(mcfg, mesh, rollout, chip, head):
+                out.append(res)
+                _print(head, res)
     return out
 
 
@@ -409,6 +521,17 @@ def _print(head: dict, res: dict) -> None:
             f"{_name(res)}: DOES NOT FIT: the compiler needs {res['temp_gib']:.2f} GiB of temporaries per chip "
             f"({res['hbm_gib']:.0f} GiB HBM) | {res['model_tflop_per_chip']:.2f} model TFLOP/chip; "
             f"{res['time_s_at_mfu']:.3f} s at MFU {head['mfu']} | {res['compile_s']:.0f} s",
+            flush=True,
+        )
+        return
+    if res["program"] == "publish":
+        print(
+            f"{_name(res)}: {res['total_gib']:7.2f} GiB / {res['hbm_gib']:.0f} GiB per chip (args "
+            f"{res['argument_gib']:.2f}, out {res['output_gib']:.2f}, temp {res['temp_gib']:.2f}) | "
+            f"{res['publish_gib_per_chip']:.3f} GiB sent per chip ({res['publish_bytes_total'] / GIB:.2f} GiB in all), "
+            f"{res['max_hops']} hops, busiest link {res['max_link_gib']:.3f} GiB: {res['publish_s_at_ici']:.4f} s at "
+            f"{res['ici_link_gb_s']:.0f} GB/s per ICI link ({res['publish_s_at_dcn']:.2f} s over DCN) | "
+            f"{res['collective_permutes']} collective-permutes | compiled in {res['compile_s']:.0f} s",
             flush=True,
         )
         return

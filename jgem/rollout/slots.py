@@ -431,7 +431,7 @@ class SlotEngine:
     def agree(self, values: Sequence[int]) -> list[int]:
         """The element-wise max of `values` over processes (lockstep), else `values`: every process then runs the
         same programs on the same shapes."""
-        return process_max(values) if self.lockstep else [int(v) for v in values]
+        return process_max(values, self.mesh) if self.lockstep else [int(v) for v in values]
 
     def _global(self, local: np.ndarray) -> Array:
         """Rows for a program, this process's shards' blocks in order, as the global array over the batch axes."""

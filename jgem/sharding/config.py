@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 AXES = ("data", "fsdp", "tensor")
 
@@ -18,6 +19,10 @@ class MeshConfig:
     rollout_devices: int = 0
     """split meshes: the sampler (rollout engine) on the first N devices, the learner on the rest, each with its own
     mesh; after each update the weights move device to device (`jgem.sharding.publish`). 0: both on every device"""
+    rollout_placement: Literal["per_process", "first"] = "per_process"
+    """which devices sample: `per_process` each process's first N / processes (every process plays and trains its
+    own episodes; a publication pairs devices of one host), `first` the first N of all (a contiguous part of a pod
+    slice, whole hosts sampling: compiled by the AOT tool; the trainer needs every process on both sides today)"""
     rollout_data: int = -1
     """the sampler's mesh, with --mesh.rollout-devices: its data axis (its own layout, e.g. more data-parallel rows)"""
     rollout_fsdp: int = 1

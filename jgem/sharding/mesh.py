@@ -27,13 +27,24 @@ def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mes
         dev_array = np.asarray(devices, dtype=object).reshape(shape)
     else:  # topology-aware placement (ICI rings on TPU, NVLink islands on GPU)
         # splitting a physical axis lets e.g. tensor=8 sit on a 4x4x4 or 16x16 slice (else NotImplementedError)
-        dev_array = mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
+        try:
+            dev_array = mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
+        except (AssertionError, ValueError, NotImplementedError) as e:
+            # a set of chips that is no box of the slice (one side of a per-process split: some chips of each
+            # host): jax cannot lay rings over it; the devices in id order
+            log.warning("mesh %s over %d devices in id order: %s", shape, len(devices), str(e).splitlines()[0][:200])
+            dev_array = np.asarray(sorted(devices, key=lambda d: d.id), dtype=object).reshape(shape)
     return Mesh(dev_array, AXES, axis_types=(AxisType.Auto,) * len(AXES))
 
 
 def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> tuple[Mesh, Mesh]:
-    """(the learner's mesh, the sampler's): with `cfg.rollout_devices` N the sampler's over the first N devices
-    (`cfg.rollout()`'s axes), the learner's over the rest; without, one mesh over every device, twice."""
+    """(the learner's mesh, the sampler's): with `cfg.rollout_devices` N the sampler's over N devices
+    (`cfg.rollout()`'s axes), the learner's over the rest; without, one mesh over every device, twice.
+
+    `per_process` (the default): each process gives the sampler the same share of its own devices (its first
+    N / processes, by id): every process keeps both roles, its envs' episodes are trained where they were played,
+    and a publication pairs devices of one host (on a TPU VM, chips next to each other). `first`: the first N
+    devices (in one process the same). In one process both are the first N devices."""
     cfg = cfg or MeshConfig(data=-1)
     devices = list(jax.devices() if devices is None else devices)
     n = cfg.rollout_devices
@@ -42,18 +53,61 @@ def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> 
         return mesh, mesh
     if errors := cfg.split_errors(len(devices)):
         raise ValueError(errors[0])
-    return make_mesh(cfg, devices[n:]), make_mesh(cfg.rollout(), devices[:n])
+    if cfg.rollout_placement == "first":
+        return make_mesh(cfg, devices[n:]), make_mesh(cfg.rollout(), devices[:n])
+    by_process: dict[int, list] = {}
+    for d in sorted(devices, key=lambda d: (d.process_index, d.id)):
+        by_process.setdefault(d.process_index, []).append(d)
+    if n % len(by_process):
+        raise ValueError(
+            f"mesh.rollout_devices {n} is not a multiple of the {len(by_process)} processes: each process gives the "
+            f"sampler the same share of its devices; use a multiple of {len(by_process)}"
+        )
+    k = n // len(by_process)
+    sampler = [d for ds in by_process.values() for d in ds[:k]]
+    learner = [d for ds in by_process.values() for d in ds[k:]]
+    return make_mesh(cfg, learner), make_mesh(cfg.rollout(), sampler)
 
 
-def process_max(values) -> list[int]:
-    """The element-wise maximum of `values` (integers) over all processes: one host all-gather; in one process,
-    `values` themselves. Every process must call it, with as many values."""
+def process_max(values, mesh: Mesh | None = None) -> list[int]:
+    """The element-wise maximum of `values` (integers) over all processes: one small all-gather program; in one
+    process, `values` themselves. Every process must call it, with as many values.
+
+    The program runs on the devices of `mesh` (default: all devices). With split meshes a side agrees over its
+    own devices: a program over every device would wait behind the other side's work (the sampler's rounds
+    behind the learner's update), and on CPU processes (gloo) a program over some devices must not run while
+    one over a superset of them does."""
     if jax.process_count() == 1:
         return [int(v) for v in values]
-    from jax.experimental import multihost_utils
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
-    gathered = multihost_utils.process_allgather(np.asarray(values, np.int64))
-    return [int(v) for v in np.asarray(gathered).reshape(-1, len(values)).max(axis=0)]
+    devices = sorted(jax.devices() if mesh is None else mesh.devices.flat, key=lambda d: d.id)
+    if len({d.process_index for d in devices}) < jax.process_count():  # some process has none: agree over all
+        return process_max(values)
+    # a row per device of the set, each process's on its own devices: the program runs on the same devices as the
+    # side's others (on CPU processes a program over part of a set of devices must not overlap one over all of it)
+    line = Mesh(np.asarray(devices, dtype=object), ("p",))
+    v = np.asarray(values, np.int64).reshape(1, -1)
+    if v.size and (v.min() < -(2**31) or v.max() >= 2**31):
+        raise OverflowError(f"process_max takes int32 values, got {v.min()}..{v.max()}")
+    mine = [jax.device_put(v.astype(np.int32), d) for d in devices if d.process_index == jax.process_index()]
+    arr = jax.make_array_from_single_device_arrays((len(devices), v.shape[1]), NamedSharding(line, P("p")), mine)
+    out = _gathered(line)(arr)
+    return [int(x) for x in np.asarray(out.addressable_data(0)).max(axis=0)]
+
+
+_GATHER: dict = {}
+
+
+def _gathered(line: Mesh):
+    """A program that replicates a [devices, n] array on every device of `line`, per mesh."""
+    if line not in _GATHER:
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        _GATHER[line] = jax.jit(lambda a: a, out_shardings=NamedSharding(line, P()))
+    return _GATHER[line]
 
 
 def batch_axis_size(mesh: Mesh) -> int:

@@ -15,7 +15,8 @@ its own mesh. After each update the learner's new weights move across. Three way
   execute their share), the transfer is the program's collective (ICI on a TPU slice, NVLink or the network on
   GPUs, gloo on CPU processes), and the host holds nothing.
 
-The permute pairs the i-th learner device with the i-th sampler device (by id), so both sides need as many
+The permute pairs the i-th device of the learner's mesh with the i-th of the sampler's (in their meshes' flat
+order: on a TPU slice split in two halves, the chips at the same place in each half), so both sides need as many
 devices; the learner's shards are first resharded among the learner's own devices to the sampler's layout
 (a no-op when the layouts agree). Unequal splits publish with `jax.device_put` (one process only).
 """
@@ -64,8 +65,7 @@ class Publisher:
 
     def __init__(self, learner: Mesh, sampler: Mesh) -> None:
         self.learner, self.sampler = learner, sampler
-        lrn = sorted(learner.devices.flat, key=lambda d: d.id)
-        smp = sorted(sampler.devices.flat, key=lambda d: d.id)
+        lrn, smp = list(learner.devices.flat), list(sampler.devices.flat)
         if set(lrn) & set(smp):
             raise ValueError("the learner's and the sampler's meshes share devices; a split needs disjoint devices")
         self.collective = len(lrn) == len(smp)
@@ -77,8 +77,9 @@ class Publisher:
         self.bytes = self.max_device_bytes = 0
         self.seconds = 0.0
         if self.collective:
-            pair = dict(zip(smp, lrn))  # the i-th sampler device by id receives from the i-th learner device
-            mirror = np.vectorize(pair.__getitem__, otypes=[object])(sampler.devices)
+            # the learner's devices in its own mesh's order (a program's inputs and outputs must list their devices
+            # in one order), shaped as the sampler's mesh: the i-th of each mesh's flat order are paired
+            mirror = np.asarray(lrn, dtype=object).reshape(sampler.devices.shape)
             self.mirror = Mesh(mirror, sampler.axis_names, axis_types=sampler.axis_types)
             self.union = Mesh(
                 np.stack([mirror, sampler.devices]),

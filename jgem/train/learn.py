@@ -94,7 +94,7 @@ class Learner(Run):
         if critic:
             cut = {i: e.next_prompt for i, e in enumerate(episodes) if e.next_prompt is not None}
             boot = pack_prompts(cut, buckets=cfg.batch_buckets, batch_divisor=d, pad_id=self.chat.pad_id)
-        K, E, rows_, T_, rows_b, T_b = process_max([K, len(episodes), *shape(packed.arrays), *shape(boot)])
+        K, E, rows_, T_, rows_b, T_b = process_max([K, len(episodes), *shape(packed.arrays), *shape(boot)], self.mesh)
         E = -(-E // self.episode_divisor) * self.episode_divisor
         first = jax.process_index() * E  # this process's episodes' global indices start here
         glob = lambda idx: np.where(idx >= 0, idx + first, -1).astype(np.int32)

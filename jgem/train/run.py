@@ -67,6 +67,13 @@ class Run:
         self.run_dir = Path(cfg.run_dir)
         # the learner's mesh and the sampler's: the same one, or with --mesh.rollout-devices disjoint devices
         self.mesh, self.rollout_mesh = split_meshes(cfg.mesh)
+        sides = [{d.process_index for d in m.devices.flat} for m in (self.mesh, self.rollout_mesh)]
+        if sides[0] != sides[1]:
+            raise ValueError(
+                f"split meshes: the learner's devices are on processes {sorted(sides[0])}, the sampler's on "
+                f"{sorted(sides[1])}; the trainer needs every process on both sides (each trains the episodes its envs "
+                "played): use --mesh.rollout-placement per_process"
+            )
         self.curriculum = (
             Curriculum(cfg.curriculum.horizons, cfg.curriculum.stage_steps)
             if cfg.curriculum.horizons
