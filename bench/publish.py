@@ -69,7 +69,7 @@ def worker(args) -> dict:
     from jgem.sharding.rules import tree_shardings
 
     n = jax.device_count() // 2
-    learner, sampler = split_meshes(MeshConfig(fsdp=-1, rollout_devices=n))
+    learner, sampler = split_meshes(MeshConfig(fsdp=-1, rollout_devices=n, rollout_placement="first"))
     params = nnx.split(init_model(preset(args.preset), seed=0, mesh=learner), nnx.Param, ...)[1]
     targets = tree_shardings(params, sampler)
     mine = lambda mesh: any(d.process_index == pid for d in mesh.devices.flat)

@@ -158,7 +158,7 @@ def test_a_split_pods_publication_compiles_to_collective_permutes_of_the_sampler
     pub = res["publish"]
     assert pub["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}
     assert pub["rollout_mesh"] == {"data": 2, "fsdp": 1, "tensor": 2}
-    assert pub["fits"] and pub["collective_permutes"] > 0
+    assert pub["fits"] and pub["collective_permutes"] > 0 and pub["other_collectives"] == 0
     cfg = preset("tiny")
     # the sampler's layout splits the big matrices over tensor 2 and replicates the rest, so a chip receives
     # between a half and all of the params (float32)

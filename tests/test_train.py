@@ -262,13 +262,15 @@ def test_a_moved_run_dir_resumes(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
 
 
-def _two_processes(args: dict, devices: int = 1) -> list[subprocess.Popen]:
+def _two_processes(args: dict, devices: int = 1, heartbeat: int | None = None) -> list[subprocess.Popen]:
     """The run `args` as 2 JAX processes of `devices` CPU devices each on localhost (what
     experiments/tpu_pod/local_multiprocess.sh starts, with its default of one device a process); they share the
     suite's persistent compilation cache (tests/conftest.py: the same programs, compiled once)."""
     port = free_port()
     env = {"JGEM_COORDINATOR": f"127.0.0.1:{port}", "JGEM_NUM_PROCESSES": "2"}
     env["XLA_FLAGS"] = xla_flags(devices)
+    if heartbeat is not None:
+        env["JGEM_HEARTBEAT_TIMEOUT"] = str(heartbeat)
     return [_run(args, env={**env, "JGEM_PROCESS_ID": str(i)}) for i in range(2)]
 
 
@@ -390,6 +392,33 @@ def test_two_processes_on_split_meshes_train_like_one(tmp_path):
         assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
     for a, b in zip(two[0]["param_probe"], ref["param_probe"], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_process_killed_mid_publication_stops_the_run_and_it_resumes_exactly(tmp_path):
+    """2 processes on split meshes: process 1 dies (SIGKILL) with a publication's permute in flight, after the
+    checkpoint of step 1. Process 0 stops too, with an error naming the publication (gloo sees the peer gone) or,
+    at the latest, jax's coordinator stopping it once the dead process misses its heartbeats (5 s here); a resume
+    of both ends bit-identical to the uninterrupted run."""
+    args = {**SPLIT, "steps": 3, "checkpoint_every": 1, "param_probe": 0}
+    straight = _summaries(_two_processes({**args, "run_dir": str(tmp_path / "a")}, devices=2))
+    run_b = str(tmp_path / "b")
+    # one publication at the start (the params; this model has no frozen rest), then one per update: the 4th is
+    # step 3's, after the checkpoints of steps 1 and 2
+    killed = _two_processes({**args, "run_dir": run_b, "kill_in_publication": [1, 4]}, devices=2, heartbeat=5)
+    logs = []
+    for p in killed:
+        logs.append(p.communicate(timeout=300)[0])
+    assert killed[1].returncode == -signal.SIGKILL and "KILLING process 1 in publication 4" in logs[1]
+    assert killed[0].returncode != 0, "the surviving process went on alone"
+    said = ("publication of the learner's weights to the sampler's devices failed", "another task died")
+    assert any(s in logs[0] for s in said), logs[0][-3000:]
+    assert not (tmp_path / "b" / "summary.json").exists()
+    resumed = _summaries(_two_processes({**args, "run_dir": run_b}, devices=2))
+    assert resumed[0]["params_sha256"] == straight[0]["params_sha256"]
+    rows = [r for r in read_jsonl(tmp_path / "b" / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]
 
 
 def test_evaluation_plays_to_the_env_limit_whatever_the_curriculum(tmp_path, monkeypatch):

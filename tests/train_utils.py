@@ -58,6 +58,37 @@ def perturbed(params, scale: float, *, seed: int):
     return jax.tree.map(lambda x: jax.device_put(noisy(x), x.sharding), params)
 
 
+def _die_in_publication(process: int, nth: int) -> None:
+    """Process `process` kills itself (SIGKILL) just after dispatching its `nth` permute of a publication (counted
+    from 1 over the run), with the transfer in flight: a process dying mid-publication."""
+    import os
+    import signal
+
+    import jax
+
+    from jgem.sharding.publish import Publisher
+
+    if jax.process_index() != process:
+        return
+    calls = [0]
+    program = Publisher._program
+
+    def dying(self, specs):
+        run = program(self, specs)
+
+        def call(glob):
+            out = run(glob)
+            calls[0] += 1
+            if calls[0] == nth:
+                print(f"KILLING process {process} in publication {nth}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+
+        return call
+
+    Publisher._program = dying
+
+
 def main() -> None:
     """argv[1]: JSON of small_config kwargs (with "run_dir"); runs the trainer and prints the summary."""
     from jgem.sharding.mesh import initialize
@@ -67,6 +98,8 @@ def main() -> None:
     if "curriculum" in kwargs and "horizons" in kwargs["curriculum"]:
         kwargs["curriculum"]["horizons"] = tuple(kwargs["curriculum"]["horizons"])
     probe = kwargs.pop("param_probe", False)
+    if (kill := kwargs.pop("kill_in_publication", None)) is not None:
+        _die_in_publication(*kill)
     from jgem.train import Trainer
 
     trainer = Trainer(small_config(**kwargs))

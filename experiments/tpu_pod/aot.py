@@ -397,7 +397,9 @@ def measure_publish(mcfg: ModelConfig, learner, sampler, chip: Chip, head: dict)
         publish_bytes_total=total,
         publish_bytes_per_chip=per_chip,
         publish_gib_per_chip=per_chip / GIB,
-        collective_permutes=hlo.count("collective-permute-start") or hlo.count("collective-permute("),
+        collective_permutes=len(re.findall(r"collective-permute(?:-start)?\(", hlo)),  # ops, not their names
+        # anything else that communicates (none: the permute is the whole transfer)
+        other_collectives=len(re.findall(r"(?:all-gather|all-reduce|all-to-all|reduce-scatter)(?:-start)?\(", hlo)),
         max_hops=hops,
         max_link_gib=worst / GIB,
         ici_link_gb_s=chip.ici_link_bytes_s / 1e9,

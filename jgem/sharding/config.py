@@ -38,6 +38,11 @@ class MeshConfig:
         n = self.rollout_devices
         if n == 0:
             return []
+        if num_devices < 2:
+            return [
+                f"mesh.rollout_devices {n}: a split needs 2 devices or more and this run has {num_devices} (on CPU, "
+                "simulate more with JAX_NUM_CPU_DEVICES=8 before jax starts)"
+            ]
         if not 0 < n < num_devices:
             return [
                 f"mesh.rollout_devices {n} must leave devices to the learner and take some: 0 (no split) or 1.."

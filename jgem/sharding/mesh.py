@@ -131,7 +131,8 @@ def initialize(
 ) -> bool:
     """Start `jax.distributed` for multi-host runs; returns True when it was started.
 
-    Arguments override the env vars JGEM_COORDINATOR (host:port), JGEM_NUM_PROCESSES, JGEM_PROCESS_ID.
+    Arguments override the env vars JGEM_COORDINATOR (host:port), JGEM_NUM_PROCESSES, JGEM_PROCESS_ID;
+    JGEM_HEARTBEAT_TIMEOUT (seconds, default 100) is how long a dead process goes unnoticed before the others stop.
     With neither, a TPU VM is auto-detected (jax reads the topology itself); otherwise it is a no-op
     (single process). Call before any other jax call. CPU processes use gloo collectives.
     """
@@ -152,11 +153,14 @@ def initialize(
             raise ValueError(f"process_id {process_id} is outside [0, {num_processes}); ids run 0..num_processes-1")
         # only affects the CPU backend (harmless on GPU/TPU hosts); without it CPU processes cannot all-reduce
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        # how long the coordinator waits for a silent process before it stops the others (jax's default: 100 s)
+        heartbeat = int(os.environ.get("JGEM_HEARTBEAT_TIMEOUT", "100"))
         jax.distributed.initialize(
             coordinator_address=coordinator_address,
             num_processes=num_processes,
             process_id=process_id,
             local_device_ids=local_device_ids,
+            heartbeat_timeout_seconds=heartbeat,
         )
         log.info("jax.distributed: process %d/%d via %s", process_id, num_processes, coordinator_address)
         return True

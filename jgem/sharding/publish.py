@@ -96,13 +96,22 @@ class Publisher:
         targets = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
         if len(targets) != len(leaves):
             raise ValueError(f"publication: {len(leaves)} arrays but {len(targets)} shardings")
+        if not leaves:  # nothing to move (a model whose every variable trains has no frozen rest)
+            self.bytes = self.max_device_bytes = 0
+            return tree
         if not self.collective:
             out = jax.device_put(leaves, targets, may_alias=False)
         else:
             old = jax.tree.leaves(into) if into is not None else self._empty(leaves, targets)
             out = self._permute(leaves, targets, old)
         out = jax.tree.unflatten(treedef, out)
-        jax.block_until_ready(out)
+        try:
+            jax.block_until_ready(out)
+        except jax.errors.JaxRuntimeError as e:  # a peer gone mid-transfer (killed, preempted): say what failed
+            raise RuntimeError(
+                f"publication of the learner's weights to the sampler's devices failed ({str(e).splitlines()[0]}): a "
+                "process of the run has probably died; the run stops here, resume it from its last checkpoint"
+            ) from e
         self.seconds = time.perf_counter() - t0
         self.bytes, self.max_device_bytes = shard_bytes(out)
         return out
