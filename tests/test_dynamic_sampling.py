@@ -51,8 +51,11 @@ def test_the_filter_keeps_whole_groups_in_order_up_to_its_target():
 
 
 class _FakeRun:
-    """What `dynamic_sample` uses of a Run: its config, `collect(step, round=r)` and the engine's stats; episodes
-    get rewards from a table of seeds (seed -> per-episode rewards of its group)."""
+    """What `dynamic_sample` uses of a Run: its config, `collect(step, round=r)`, the engine's stats and the
+    sampler's mesh (None: one process); episodes get rewards from a table of seeds (seed -> per-episode rewards of
+    its group)."""
+
+    rollout_mesh = None
 
     def __init__(self, cfg, table):
         self.cfg, self.table, self.rounds = cfg, table, []

@@ -254,3 +254,29 @@ def test_off_policy_learns_like_sync(tmp_path):
     for mode, s in success.items():
         assert len(s) == 20 and np.mean(s[:5]) <= 0.1 and np.mean(s[-5:]) >= 0.5, (mode, s)
     assert abs(np.mean(success["off_policy"][-5:]) - np.mean(success["sync"][-5:])) <= 0.2, success
+
+
+def test_a_drains_work_is_reported_with_the_next_step(tmp_path):
+    """off_policy lag 2 with a checkpoint (so a drain) after step 2: the drain plays step 3's episodes to their end;
+    that work belongs to the next step's collect/* metrics, so every episode played is counted once."""
+    run(config(tmp_path, "a", "off_policy", LAG, checkpoint_every=2))
+    rows = [x for x in _metrics(tmp_path / "a") if "collect/episodes" in x]
+    assert len(rows) == 4 and sum(x["collect/episodes"] for x in rows) == 4 * 4
+
+
+def test_recomputed_tokens_count_only_positions_prefilled_again(tmp_path):
+    """A publication with stale_kv=recompute while every episode waits for its env: one-turn episodes end there,
+    so nothing is prefilled again and nothing is counted (the count was taken at the publication before)."""
+    cfg = config(tmp_path, "a", "async", 1, env={"env_id": "test:stop", "num_envs": 4})
+    tr = Trainer(cfg)
+    try:
+        eng = tr.engine
+        eng.submit(tr.specs(0), jax.random.key(0), stream=0, max_turns=1, version=0)
+        # every live episode's action sent (its slot holds its stream), none answered yet
+        waiting = lambda: any(eng._live) and all(x is None or (x.phase == "env" and x.cached) for x in eng._live)
+        eng.run({0: tr.policy()}, until=waiting)
+        assert eng.publish(1, stale_kv="recompute") > 0  # positions the slots held
+        eng.run({1: tr.policy()})
+        assert eng.stats.episodes == 4 and eng.stats.recomputed_tokens == 0
+    finally:
+        tr.close()

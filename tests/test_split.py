@@ -163,3 +163,32 @@ def test_across_two_processes_the_samplers_log_probs_after_a_publication_are_the
     assert sampler["sampler_devices"] == [0] and "learner" not in sampler and "sampler" not in learner
     np.testing.assert_allclose(sampler["sampler"], learner["learner"], atol=1e-5)
     assert np.abs(np.asarray(learner["learner"])).max() > 0
+
+
+class _SamplerProbe(Trainer):
+    """Records, at the start of every step, whether the sampler's params are the learner's, bit for bit."""
+
+    def __init__(self, cfg) -> None:
+        super().__init__(cfg)
+        self.in_sync: list[bool] = []
+
+    def train_step(self, step):
+        same = all(
+            np.array_equal(np.asarray(a), np.asarray(b))
+            for a, b in zip(jax.tree.leaves(self.sampler_params), jax.tree.leaves(self.state.params), strict=True)
+        )
+        self.in_sync.append(same)
+        return super().train_step(step)
+
+
+@pytest.mark.slow
+def test_a_resumed_split_run_samples_with_the_restored_params(tmp_path):
+    """After a restore the learner's params are the checkpoint's, and the sampler must get them before it samples
+    (its copy is no part of a checkpoint): the resumed step samples as the uninterrupted run does."""
+    straight = _SamplerProbe(config(tmp_path, "a", steps=3, mesh=SPLIT))
+    sa = straight.run()
+    Trainer(config(tmp_path, "b", steps=2, mesh=SPLIT)).run()
+    resumed = _SamplerProbe(config(tmp_path, "b", steps=3, mesh=SPLIT))
+    sb = resumed.run()
+    assert straight.in_sync == [True] * 3 and resumed.in_sync == [True]
+    assert sb["params_sha256"] == sa["params_sha256"]

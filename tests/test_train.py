@@ -365,28 +365,36 @@ def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tm
     assert [r["step"] for r in rows] == [1, 2, 3]
 
 
+# The two split-mesh tests share one straight 2-process run (a module fixture in an xdist group, as above)
 SPLIT = {
-    "steps": 2,
-    "checkpoint_every": 2,
+    "steps": 3,
+    "checkpoint_every": 1,
     "pipeline": {"mode": "off_policy", "lag": 1},
     "mesh": {"rollout_devices": 2},
     "param_probe": 1,
 }
 
 
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory) -> tuple[Path, list[dict]]:
+    run_dir = tmp_path_factory.mktemp("split") / "two"
+    return run_dir, _summaries(_two_processes({**SPLIT, "run_dir": str(run_dir)}, devices=2))
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_two_processes_on_split_meshes_train_like_one(tmp_path):
+@pytest.mark.xdist_group("two-process-split")
+def test_two_processes_on_split_meshes_train_like_one(tmp_path, split_run):
     """Split meshes over 2 processes x 2 devices: each process gives one device to the sampler and one to the learner
     (--mesh.rollout-placement per_process), plays its envs' episodes on the sampler's mesh (both processes' sampler
     devices, in lockstep) and trains them on the learner's; each update is published by one program over all 4
     devices. Against 1 process x 4 devices split 2 + 2 with the global batch: the same losses and params."""
-    two = _summaries(_two_processes({**SPLIT, "run_dir": str(tmp_path / "two")}, devices=2))
+    run_dir, two = split_run
     one = {**SPLIT, "run_dir": str(tmp_path / "one"), "episodes_per_step": 8, "env": {"num_envs": 8}}
     ref = _summary(_run(one, env={"XLA_FLAGS": xla_flags(4)}))
-    rows = [r for r in read_jsonl(tmp_path / "two" / "metrics.jsonl") if "train/loss" in r]
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
     ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
-    assert len(rows) == 2 and all(r["pipeline/publish_bytes"] > 0 for r in rows)
+    assert len(rows) == 3 and all(r["pipeline/publish_bytes"] > 0 for r in rows)
     assert [r["pipeline/publish_bytes"] for r in rows] == [r["pipeline/publish_bytes"] for r in ref_rows]
     for a, b in zip(rows, ref_rows, strict=True):
         assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
@@ -396,13 +404,14 @@ def test_two_processes_on_split_meshes_train_like_one(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
-def test_a_process_killed_mid_publication_stops_the_run_and_it_resumes_exactly(tmp_path):
+@pytest.mark.xdist_group("two-process-split")
+def test_a_process_killed_mid_publication_stops_the_run_and_it_resumes_exactly(tmp_path, split_run):
     """2 processes on split meshes: process 1 dies (SIGKILL) with a publication's permute in flight, after the
-    checkpoint of step 1. Process 0 stops too, with an error naming the publication (gloo sees the peer gone) or,
-    at the latest, jax's coordinator stopping it once the dead process misses its heartbeats (5 s here); a resume
-    of both ends bit-identical to the uninterrupted run."""
-    args = {**SPLIT, "steps": 3, "checkpoint_every": 1, "param_probe": 0}
-    straight = _summaries(_two_processes({**args, "run_dir": str(tmp_path / "a")}, devices=2))
+    checkpoints of steps 1 and 2. Process 0 stops too: jax's coordinator stops it once the dead process misses its
+    heartbeats (5 s here), or earlier jgem's error naming the publication where the transport reports the lost
+    peer; a resume of both ends bit-identical to the uninterrupted run."""
+    args = SPLIT
+    _, straight = split_run
     run_b = str(tmp_path / "b")
     # one publication at the start (the params; this model has no frozen rest), then one per update: the 4th is
     # step 3's, after the checkpoints of steps 1 and 2

@@ -60,7 +60,8 @@ class RolloutStats:
     as a turn's first decode input); `stream_tokens`: the tokens of the episodes' streams (chat view: each
     episode's stream once; per-turn view: each turn's prompt and action); `shared_prefix_tokens`: first-prompt
     tokens copied from a group peer's slot instead of prefilled; `recomputed_tokens`: positions prefilled again
-    under newly published weights (`publish(stale_kv="recompute")`); `decode_rows`/`decode_active`: row-steps the
+    under newly published weights (`publish(stale_kv="recompute")`; counted when prefilled, so an episode that
+    ends first adds none); `decode_rows`/`decode_active`: row-steps the
     decode chunks computed / of which a slot was generating."""
 
     turns: int = 0
@@ -122,6 +123,7 @@ class _Live:
     limit: int = 0
     transitions: list[Transition] = field(default_factory=list)
     prefix_key: tuple | None = None  # (group, first prompt) while the slot holds that prompt's keys and values
+    redo: int = 0  # positions a publication (stale_kv recompute) dropped, counted when they are prefilled again
 
 
 class RolloutEngine:
@@ -238,11 +240,14 @@ class RolloutEngine:
         for s in specs:
             self._versions[(stream, s.episode_id)] = version
 
-    def run(self, models: dict[int, Any], until: Callable[[], bool] | None = None) -> None:
+    def run(
+        self, models: dict[int, Any], until: Callable[[], bool] | None = None, *, poll: float | None = None
+    ) -> None:
         """Play rounds until `until()` holds (on every process) or nothing is queued or live. `models`: the policy
         of every version a queued or live episode is played by (an nnx module or `(graphdef, state)` each).
         Finished episodes wait for `take`; the others stay in their slots, and their envs keep stepping between
-        calls."""
+        calls. When every live episode waits for its env, the loop blocks until one answers; with `poll` (seconds)
+        it looks again at `until` that often (an `until` that does not depend on the envs: an update finishing)."""
         models = {v: nnx.split(m) if isinstance(m, nnx.Module) else m for v, m in models.items()}
         self._start_free()
         while True:
@@ -260,7 +265,7 @@ class RolloutEngine:
                     raise RuntimeError("run: nothing is queued or live, but `until` does not hold")
                 break
             if not work:
-                self._receive(block=True)
+                self._receive(block=True, timeout=poll)
                 self._start_free()
                 continue
             if self.slots.lockstep:  # a process without rows of a version takes part with padding rows
@@ -327,10 +332,10 @@ class RolloutEngine:
             x.version, x.prefix_key = version, None  # its prompt's keys and values are another version's
             if stale_kv == "recompute" and x.cached:
                 redo += x.cached
+                x.redo += x.cached  # counted in the stats once prefilled (an episode may end before that)
                 x.cached = 0
                 if x.phase == "decode":
                     x.phase = "extend"
-        self.stats.recomputed_tokens += redo
         return redo
 
     def _drop_work(self) -> None:
@@ -372,10 +377,10 @@ class RolloutEngine:
                 self._live[i] = _Live(s, play, version=self._versions.pop((play.stream, s.episode_id)))
             self.pool.reset(free, [s.seed for s, _ in specs])
 
-    def _receive(self, *, block: bool) -> None:
+    def _receive(self, *, block: bool, timeout: float | None = None) -> None:
         if not self.pool.num_in_flight:
             return
-        b = self.pool.recv(timeout=None, at_least=1) if block else self.pool.recv(timeout=0.0)
+        b = self.pool.recv(timeout=timeout, at_least=1) if block else self.pool.recv(timeout=0.0)
         for j, i in enumerate(b.env_ids.tolist()):
             result = (b.obs[j], float(b.rewards[j]), bool(b.terminated[j]), bool(b.truncated[j]), b.infos[j])
             (self._on_reset if b.is_reset[j] else self._on_step)(i, *result)
@@ -485,6 +490,8 @@ class RolloutEngine:
         for i in slots:
             ep = self._live[i]
             todo = ep.stream[ep.cached : -1]
+            self.stats.recomputed_tokens += ep.redo  # the positions a publication dropped, computed again now
+            ep.redo = 0
             if ep.cached == 0 and not ep.transitions and not ep.action and self.cfg.view == "chat":
                 # the keys and values of one policy version's first prompt of a group (of one step's stream)
                 ep.prefix_key = (ep.version, ep.play.stream, ep.spec.group_id, tuple(ep.stream))

@@ -15,10 +15,11 @@ from jgem.sharding.config import AXES, MeshConfig
 log = logging.getLogger(__name__)
 
 
-def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mesh:
+def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None, *, any_devices: bool = False) -> Mesh:
     """A `Mesh` with axes (data, fsdp, tensor) over `devices` (default: all, across processes).
 
-    Without a config every device goes to `data` (pure data parallelism).
+    Without a config every device goes to `data` (pure data parallelism). `any_devices`: the devices may be any
+    subset (a side of a split), laid out in id order where they form no box of the slice.
     """
     cfg = cfg or MeshConfig(data=-1)
     devices = list(jax.devices() if devices is None else devices)
@@ -30,6 +31,8 @@ def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None) -> Mes
         try:
             dev_array = mesh_utils.create_device_mesh(shape, devices=devices, allow_split_physical_axes=True)
         except (AssertionError, ValueError, NotImplementedError) as e:
+            if not any_devices:
+                raise
             # a set of chips that is no box of the slice (one side of a per-process split: some chips of each
             # host): jax cannot lay rings over it; the devices in id order
             log.warning("mesh %s over %d devices in id order: %s", shape, len(devices), str(e).splitlines()[0][:200])
@@ -54,7 +57,7 @@ def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> 
     if errors := cfg.split_errors(len(devices)):
         raise ValueError(errors[0])
     if cfg.rollout_placement == "first":
-        return make_mesh(cfg, devices[n:]), make_mesh(cfg.rollout(), devices[:n])
+        return make_mesh(cfg, devices[n:], any_devices=True), make_mesh(cfg.rollout(), devices[:n], any_devices=True)
     by_process: dict[int, list] = {}
     for d in sorted(devices, key=lambda d: (d.process_index, d.id)):
         by_process.setdefault(d.process_index, []).append(d)
@@ -66,7 +69,7 @@ def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> 
     k = n // len(by_process)
     sampler = [d for ds in by_process.values() for d in ds[:k]]
     learner = [d for ds in by_process.values() for d in ds[k:]]
-    return make_mesh(cfg, learner), make_mesh(cfg.rollout(), sampler)
+    return make_mesh(cfg, learner, any_devices=True), make_mesh(cfg.rollout(), sampler, any_devices=True)
 
 
 def process_max(values, mesh: Mesh | None = None) -> list[int]:

@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 SIDE = "side"  # the union mesh's extra axis: 0 the learner's devices, 1 the sampler's
@@ -84,8 +84,11 @@ class Publisher:
             self.union = Mesh(
                 np.stack([mirror, sampler.devices]),
                 (SIDE, *sampler.axis_names),
-                axis_types=(sampler.axis_types[0],) * (1 + sampler.devices.ndim),
+                axis_types=(AxisType.Auto, *sampler.axis_types),
             )
+            # pairs on different processes: a slower path (another host's chips, or the network); the default
+            # per-process placement pairs each process's devices with its own
+            self.cross_process_pairs = sum(a.process_index != b.process_index for a, b in zip(lrn, smp))
             self._programs: dict[Any, Any] = {}
 
     # ------------------------------------------------------------------------------------------------
@@ -98,6 +101,7 @@ class Publisher:
             raise ValueError(f"publication: {len(leaves)} arrays but {len(targets)} shardings")
         if not leaves:  # nothing to move (a model whose every variable trains has no frozen rest)
             self.bytes = self.max_device_bytes = 0
+            self.seconds = 0.0
             return tree
         if not self.collective:
             out = jax.device_put(leaves, targets, may_alias=False)

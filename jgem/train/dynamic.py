@@ -88,7 +88,7 @@ def dynamic_sample(
     found.add(episodes)
     stats = dataclasses.replace(run.engine.stats)
     rounds = 0
-    while rounds < cfg.rollout.max_resample_rounds and process_max([found.missing])[0] > 0:
+    while rounds < cfg.rollout.max_resample_rounds and process_max([found.missing], run.rollout_mesh)[0] > 0:
         rounds += 1
         if play is not None:  # the engine's stats keep counting across calls
             found.add(play(rounds))

@@ -19,7 +19,6 @@ from jgem.algos.step import train_step
 from jgem.checkpoint import CheckpointConfig, Checkpointer
 from jgem.config import TrainConfig
 from jgem.metrics import MetricsLogger, WandbWriter, plot_curves
-from jgem.rollout.engine import RolloutStats
 from jgem.train.dynamic import dynamic_sample
 from jgem.train.evaluate import episode_metrics, eval_metrics
 from jgem.train.learn import Learner, check_finite_loss
@@ -122,7 +121,7 @@ class Trainer(Learner):
         if pipe is None:
             played = episodes = self.collect(step)
         else:
-            self.engine.stats = RolloutStats()  # this step's share of the engine's work
+            self.engine.stats = pipe.step_stats()  # this step's share of the engine's work (and the last drain's)
             played = episodes = pipe.batch(step)
         sampled = {}
         if self.cfg.rollout.dynamic_sampling:

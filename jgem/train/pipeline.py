@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jgem.rollout.engine import RolloutStats
 from jgem.rollout.episode import Episode
 from jgem.sharding.mesh import process_max
 
@@ -63,6 +64,7 @@ class Pipeline:
         self.next_submit = 0  # the first step not submitted yet
         self.kept: dict[int, Any] = {}  # off_policy: version -> params still playing in-flight episodes
         self.during_update = 0  # split meshes: action tokens sampled while the last update ran (`meanwhile`)
+        self.drained: RolloutStats | None = None  # the last drain's work, reported with the next step
 
     @property
     def engine(self):
@@ -112,7 +114,7 @@ class Pipeline:
         leaves = jax.tree.leaves(update)
         done = lambda: not self.engine.busy or all(x.is_ready() for x in leaves)
         before = self.engine.stats.action_tokens
-        self.engine.run(self.models(step), until=done)
+        self.engine.run(self.models(step), until=done, poll=0.01)  # envs may all be busy when the update ends
         self.during_update = self.engine.stats.action_tokens - before
 
     def before_update(self, step: int) -> None:
@@ -121,7 +123,8 @@ class Pipeline:
         if self.mode != "off_policy":
             return
         used = self.engine.versions_in_use()
-        oldest = -process_max([-min(used, default=step + 1)])[0]  # every process keeps the same versions (lockstep)
+        # every process keeps the same versions (lockstep); agreed on the sampler's devices (its decision)
+        oldest = -process_max([-min(used, default=step + 1)], self.trainer.rollout_mesh)[0]
         self.kept = {v: p for v, p in self.kept.items() if v >= oldest}
         if oldest <= step:  # split meshes: the sampler's copy, which the publication leaves as it is
             t = self.trainer
@@ -134,9 +137,15 @@ class Pipeline:
 
     def drain(self, step: int) -> None:
         """Play every submitted episode to its end (before an evaluation or a checkpoint); the learner is at
-        version `step`."""
+        version `step`. Its work is the next step's to report (`drained`, the steps ahead it played)."""
+        self.engine.stats = RolloutStats()
         self.engine.run(self.models(step))  # in lockstep, with every process (one that has nothing plays padding)
-        self.kept = {}
+        self.drained, self.kept = self.engine.stats, {}
+
+    def step_stats(self) -> RolloutStats:
+        """The engine's counters for a step starting now: from zero, or from the drain since the last step."""
+        stats, self.drained = self.drained or RolloutStats(), None
+        return stats
 
     # -- checkpoints -------------------------------------------------------------------------------
 
@@ -166,9 +175,10 @@ class Pipeline:
     def restore(self, step: int) -> None:
         """The pending episodes saved with checkpoint `step` back into the engine; submission goes on after them."""
         f = self.path(step)
-        if step == 0 and not process_max([f.exists()])[0]:
+        mesh = self.trainer.rollout_mesh
+        if step == 0 and not process_max([f.exists()], mesh)[0]:
             return  # the warm start's checkpoint: nothing was submitted yet
-        if process_max([not f.exists()])[0]:  # on every process together (they run in lockstep)
+        if process_max([not f.exists()], mesh)[0]:  # on every process together (they run in lockstep)
             raise FileNotFoundError(
                 f"{f} (or another process's) is missing: checkpoint {step} of a {self.mode} pipeline needs the "
                 "episodes it had played ahead (saved beside it); resume from a checkpoint that has them, or start the "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from jgem.sharding.rules import tree_shardings
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
 RESAMPLE_SEED_OFFSET = 2_000_000_000  # nor do the seeds of dynamic sampling's extra rounds (jgem.train.dynamic)
+log = logging.getLogger(__name__)
 MAX_TURNS_CAP = 1000  # with no curriculum, the env's own limit applies; this only bounds a runaway env
 
 
@@ -101,6 +103,12 @@ class Run:
         )
         # split meshes: the sampler's own copy of the policy on its devices, published after each update
         self.publisher = Publisher(self.mesh, self.rollout_mesh) if self.rollout_mesh is not self.mesh else None
+        if self.publisher is not None and getattr(self.publisher, "cross_process_pairs", 0):
+            log.warning(
+                "split meshes: %d of the publication's device pairs are on different processes (the meshes' device "
+                "orders differ by host): publications take a slower path",
+                self.publisher.cross_process_pairs,
+            )
         self.sampler_params = self.sampler_model_state = None
         self.publish(full=True)
         self.pool = self._make_pool(cfg.env)
