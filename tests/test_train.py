@@ -298,10 +298,23 @@ TWO_PROCESSES = {
 }
 
 
+def _straight_two_process_run(tmp_path_factory, name: str, args: dict) -> tuple[Path, list[dict]]:
+    """A module fixture's straight run of `args` as 2 processes x 2 devices: its run dir and both summaries."""
+    run_dir = tmp_path_factory.mktemp(name) / "run"
+    return run_dir, _summaries(_two_processes({**args, "run_dir": str(run_dir)}, devices=2))
+
+
+def _trained_alike(rows: list[dict], ref_rows: list[dict], summary: dict, ref: dict) -> None:
+    """A 2-process run's step losses and probed params against a 1-process run's, up to the order of float sums."""
+    for a, b in zip(rows, ref_rows, strict=True):
+        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
+    for a, b in zip(summary["param_probe"], ref["param_probe"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def two_process_run(tmp_path_factory) -> tuple[Path, list[dict]]:
-    run_dir = tmp_path_factory.mktemp("two-processes") / "run"
-    return run_dir, _summaries(_two_processes({**TWO_PROCESSES, "run_dir": str(run_dir)}, devices=2))
+    return _straight_two_process_run(tmp_path_factory, "two-processes", TWO_PROCESSES)
 
 
 @pytest.mark.slow
@@ -320,10 +333,8 @@ def test_two_processes_train_like_one_on_the_same_global_batch(tmp_path, two_pro
     one["warm_start"] = {"steps": 1, "episodes_per_step": 4}
     ref = _summary(_run(one, env={"XLA_FLAGS": xla_flags(4)}))
     ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
-    for a, b in zip(rows, ref_rows, strict=True):  # rollout figures are the global batch's, on process 0's episodes
-        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
-    for a, b in zip(summaries[0]["param_probe"], ref["param_probe"], strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    # rollout figures are the global batch's, on process 0's episodes
+    _trained_alike(rows, ref_rows, summaries[0], ref)
 
 
 @pytest.mark.slow
@@ -377,8 +388,7 @@ SPLIT = {
 
 @pytest.fixture(scope="module")
 def split_run(tmp_path_factory) -> tuple[Path, list[dict]]:
-    run_dir = tmp_path_factory.mktemp("split") / "two"
-    return run_dir, _summaries(_two_processes({**SPLIT, "run_dir": str(run_dir)}, devices=2))
+    return _straight_two_process_run(tmp_path_factory, "split", SPLIT)
 
 
 @pytest.mark.slow
@@ -396,10 +406,7 @@ def test_two_processes_on_split_meshes_train_like_one(tmp_path, split_run):
     ref_rows = [r for r in read_jsonl(tmp_path / "one" / "metrics.jsonl") if "train/loss" in r]
     assert len(rows) == 3 and all(r["pipeline/publish_bytes"] > 0 for r in rows)
     assert [r["pipeline/publish_bytes"] for r in rows] == [r["pipeline/publish_bytes"] for r in ref_rows]
-    for a, b in zip(rows, ref_rows, strict=True):
-        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
-    for a, b in zip(two[0]["param_probe"], ref["param_probe"], strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    _trained_alike(rows, ref_rows, two[0], ref)
 
 
 @pytest.mark.slow

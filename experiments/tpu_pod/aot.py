@@ -275,28 +275,13 @@ def measure(name: str, lowered, chip: Chip, chips: int, mfu: float, *, loops: in
             "compile_s": time.perf_counter() - t0,
         }
     compile_s = time.perf_counter() - t0
-    m = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
-    total = (
-        m.argument_size_in_bytes
-        + m.output_size_in_bytes
-        - m.alias_size_in_bytes
-        + m.temp_size_in_bytes
-        + m.generated_code_size_in_bytes
-    )
     # None where a loop XLA counts once has no factor to scale it by (the scanned layers inside a micro-batch)
     flops = None if loops is None else float(cost.get("flops", 0.0)) * loops
     return {
         "program": name,
-        "argument_gib": m.argument_size_in_bytes / GIB,
-        "output_gib": m.output_size_in_bytes / GIB,
-        "alias_gib": m.alias_size_in_bytes / GIB,
-        "temp_gib": m.temp_size_in_bytes / GIB,
-        "code_gib": m.generated_code_size_in_bytes / GIB,
-        "total_gib": total / GIB,
-        "hbm_gib": chip.hbm_bytes / GIB,
-        "fits": total <= chip.hbm_bytes,
+        **_memory(compiled, chip),
         "compiled_tflop_per_chip": None if flops is None else flops / 1e12,
         "loop_factor": loops,
         "model_tflop_per_chip": model_tflop / chips / 1e12,
@@ -392,6 +377,7 @@ def measure_publish(mcfg: ModelConfig, learner, sampler, chip: Chip, head: dict)
     t0 = time.perf_counter()
     compiled = pub.compiled(avals, [t.spec for t in dst])
     res = {**common, **_memory(compiled, chip), "program": "publish", "compile_s": time.perf_counter() - t0}
+    res["compiled_tflop_per_chip"] = None
     hlo = compiled.as_text()
     res.update(
         publish_bytes_total=total,
@@ -428,7 +414,6 @@ def _memory(compiled, chip: Chip) -> dict:
         "total_gib": total / GIB,
         "hbm_gib": chip.hbm_bytes / GIB,
         "fits": total <= chip.hbm_bytes,
-        "compiled_tflop_per_chip": None,
     }
 
 

@@ -8,7 +8,8 @@ import os
 import jax
 import numpy as np
 from jax.experimental import mesh_utils
-from jax.sharding import AxisType, Mesh
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jgem.sharding.config import AXES, MeshConfig
 
@@ -82,9 +83,6 @@ def process_max(values, mesh: Mesh | None = None) -> list[int]:
     one over a superset of them does."""
     if jax.process_count() == 1:
         return [int(v) for v in values]
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
     devices = sorted(jax.devices() if mesh is None else mesh.devices.flat, key=lambda d: d.id)
     if len({d.process_index for d in devices}) < jax.process_count():  # some process has none: agree over all
         return process_max(values)
@@ -106,9 +104,6 @@ _GATHER: dict = {}
 def _gathered(line: Mesh):
     """A program that replicates a [devices, n] array on every device of `line`, per mesh."""
     if line not in _GATHER:
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
-
         _GATHER[line] = jax.jit(lambda a: a, out_shardings=NamedSharding(line, P()))
     return _GATHER[line]
 

@@ -76,6 +76,7 @@ class Publisher:
             )
         self.bytes = self.max_device_bytes = 0
         self.seconds = 0.0
+        self.cross_process_pairs = 0
         if self.collective:
             # the learner's devices in its own mesh's order (a program's inputs and outputs must list their devices
             # in one order), shaped as the sampler's mesh: the i-th of each mesh's flat order are paired

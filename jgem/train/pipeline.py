@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from jgem.rollout.engine import RolloutStats
 from jgem.rollout.episode import Episode
@@ -99,10 +98,8 @@ class Pipeline:
     def models(self, step: int) -> dict[int, Any]:
         """The policies the engine plays with: the learner's (version `step`) and, off_policy, every kept one (with
         split meshes, the sampler's copies)."""
-        t = self.trainer
-        rest = t.state.model_state if t.publisher is None else t.sampler_model_state
-        out = {v: nnx.merge(t.state.graphdef, p, rest) for v, p in self.kept.items()}
-        out[step] = t.policy()
+        out = {v: self.trainer.policy(p) for v, p in self.kept.items()}
+        out[step] = self.trainer.policy()
         return out
 
     def meanwhile(self, step: int, update: Any) -> None:

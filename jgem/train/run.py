@@ -103,13 +103,14 @@ class Run:
         )
         # split meshes: the sampler's own copy of the policy on its devices, published after each update
         self.publisher = Publisher(self.mesh, self.rollout_mesh) if self.rollout_mesh is not self.mesh else None
-        if self.publisher is not None and getattr(self.publisher, "cross_process_pairs", 0):
+        if self.publisher is not None and self.publisher.cross_process_pairs:
             log.warning(
                 "split meshes: %d of the publication's device pairs are on different processes (the meshes' device "
                 "orders differ by host): publications take a slower path",
                 self.publisher.cross_process_pairs,
             )
         self.sampler_params = self.sampler_model_state = None
+        self._shardings: dict[str, Any] = {}
         self.publish(full=True)
         self.pool = self._make_pool(cfg.env)
         self.engine = RolloutEngine(
@@ -142,11 +143,14 @@ class Run:
         self.pool = self._make_pool(env)
         self.engine.pool, self.engine.env_name = self.pool, env_id
 
-    def policy(self):
-        """The policy the rollout engine samples with: the learner's (one mesh), or the sampler's published copy."""
+    def policy(self, params: Any = None):
+        """The policy the rollout engine samples with: the learner's (one mesh), or the sampler's published copy;
+        with `params`, those trained params (a kept version's) with the rest of the policy on the same side."""
         if self.publisher is None:
-            return self.state.model()
-        return nnx.merge(self.state.graphdef, self.sampler_params, self.sampler_model_state)
+            rest, params = self.state.model_state, self.state.params if params is None else params
+        else:
+            rest, params = self.sampler_model_state, self.sampler_params if params is None else params
+        return nnx.merge(self.state.graphdef, params, rest)
 
     def publish(self, *, full: bool = False) -> None:
         """Split meshes: the learner's params onto the sampler's devices, device to device (`Publisher`); with
@@ -155,12 +159,18 @@ class Run:
         arrays stay valid (an off_policy run keeps playing older versions with them)."""
         if self.publisher is None:
             return
-        on = lambda tree: tree_shardings(tree, self.rollout_mesh, self.state.rules)
         if full or self.sampler_model_state is None:
             self.sampler_model_state = self.publisher(
-                self.state.model_state, on(self.state.model_state), self.sampler_model_state
+                self.state.model_state, self._sampler_shardings("model_state"), self.sampler_model_state
             )
-        self.sampler_params = self.publisher(self.state.params, on(self.state.params), self.sampler_params)
+        self.sampler_params = self.publisher(self.state.params, self._sampler_shardings("params"), self.sampler_params)
+
+    def _sampler_shardings(self, name: str) -> Any:
+        """The sampler's shardings of `state.<name>` (the rules on its mesh), worked out once: the trees' structure
+        and shapes never change."""
+        if name not in self._shardings:
+            self._shardings[name] = tree_shardings(getattr(self.state, name), self.rollout_mesh, self.state.rules)
+        return self._shardings[name]
 
     def on_mesh(self, fn: Callable) -> Callable:
         """`fn` called (and so traced) with the run's mesh in context (jax.set_mesh): the model's activation
