@@ -175,10 +175,10 @@ class Probe:
             finally:
                 self.run_s += time.perf_counter() - t
 
-        def receive_(*, block: bool):
+        def receive_(*, block: bool, **k):
             t = time.perf_counter()
             try:
-                return receive(block=block)
+                return receive(block=block, **k)
             finally:
                 if block:
                     self.env_wait_s += time.perf_counter() - t
