@@ -8,7 +8,13 @@ resumes unfinished ones (the trainer resumes from its run dir).
 With a shared warm start (`with_shared_warm_start`) each seed's supervised warm start runs once, as a run of 0 RL
 steps in `<out>/warm/seed<s>` exported to `<out>/warm/seed<s>/hf`, and every variant of that seed trains from that
 export with no warm start of its own: the variants of a seed then start from the same policy (paired), and the
-warm start is paid once per seed instead of once per run.
+warm start is paid once per seed instead of once per run. With `--warm-starts one` a single warm start (the
+first seed's, in `<out>/warm/all-seed<s>`) serves every seed: the seeds then differ only in RL (sampling, the
+evaluation's games), and the warm start is paid once per sweep.
+
+The runs of a sweep share one persistent JAX compilation cache (`<out>/.jax_cache`, unless
+`JAX_COMPILATION_CACHE_DIR` is set): they compile the same programs (one model, one config but the variant), so
+every run after the first loads them instead of compiling again.
 """
 
 from __future__ import annotations
@@ -93,7 +99,8 @@ def base_parser(
     curve_metric: str = CURVE_METRIC,
     shared_warm_start: bool = False,
 ) -> argparse.ArgumentParser:
-    """The options every sweep has; `shared_warm_start` adds --shared-warm-start / --no-shared-warm-start."""
+    """The options every sweep has; `shared_warm_start` adds --shared-warm-start / --no-shared-warm-start and
+    --warm-starts per-seed | one."""
     ap = argparse.ArgumentParser(
         description=description,
         epilog="Arguments after `--` go to every run unchanged, e.g. `-- --eval-episodes 16 --env.num-envs 8`.",
@@ -127,6 +134,13 @@ def base_parser(
             help="warm-start once per seed (<out>/warm/seed<s>) and train every variant of that seed from it "
             "(default: on when the runs have a warm start)",
         )
+        ap.add_argument(
+            "--warm-starts",
+            choices=["per-seed", "one"],
+            default="per-seed",
+            help="with the shared warm start: one per seed (default), or one for the whole sweep (the first "
+            "seed's, <out>/warm/all-seed<s>), which every seed's runs train from",
+        )
     return ap
 
 
@@ -159,12 +173,20 @@ def use_shared_warm_start(args: argparse.Namespace, extra: Sequence[str]) -> boo
     return warm_steps > 0
 
 
-def with_shared_warm_start(runs: Sequence[Run], out: Path, overrides: Sequence[str], extra: Sequence[str]) -> list[Run]:
+def with_shared_warm_start(
+    runs: Sequence[Run], out: Path, overrides: Sequence[str], extra: Sequence[str], *, one: bool = False
+) -> list[Run]:
     """One warm-start run per seed in `<out>/warm/seed<s>` (the sweep's common `overrides`, none of a variant's),
-    then `runs`, each training from its seed's export. The warm starts come first: `run_all` starts them first."""
-    seeds = dict.fromkeys(r.seed for r in runs)
-    warm = {s: Run(WARM, s, out / "warm" / f"seed{s}", tuple(overrides), tuple(extra)) for s in seeds}
-    return [*warm.values(), *(dataclasses.replace(r, warm=warm[r.seed].run_dir) for r in runs)]
+    then `runs`, each training from its seed's export; with `one`, a single warm start with the first seed, in
+    `<out>/warm/all-seed<s>`, that every run trains from. The warm starts come first: `run_all` starts them first."""
+    seeds = list(dict.fromkeys(r.seed for r in runs))
+    if one:
+        w = Run(WARM, seeds[0], out / "warm" / f"all-seed{seeds[0]}", tuple(overrides), tuple(extra))
+        warm = dict.fromkeys(seeds, w)
+    else:
+        warm = {s: Run(WARM, s, out / "warm" / f"seed{s}", tuple(overrides), tuple(extra)) for s in seeds}
+    firsts = list({w.run_dir: w for w in warm.values()}.values())
+    return [*firsts, *(dataclasses.replace(r, warm=warm[r.seed].run_dir) for r in runs)]
 
 
 def resolve_config(preset: str, argv: Sequence[str]) -> Any:
@@ -260,18 +282,28 @@ def _run_one(r: Run, tag: str, preset: str, steps: int | None, progress: _Progre
         return progress.ended(False)
     print(f"{tag} {name} -> {r.run_dir}", flush=True)
     progress.started(r)
+    env = compile_cache_env(r.run_dir.parents[1])  # every run dir is <out>/<variant or warm>/<seed dir>
     with open(log_path, "a", encoding="utf-8") as log:
         rc = 0
         if not _finished(r.run_dir, r.steps(steps)):
-            rc = subprocess.call(r.command(preset), stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            rc = subprocess.call(r.command(preset), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
         if not rc and r.is_warm_start and _finished(r.run_dir, 0) and not _exported(r):
-            rc = subprocess.call(r.export_command(), stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+            rc = subprocess.call(r.export_command(), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
     if rc or not _complete(r, steps):
         why = f"exit code {rc}" if rc else "no complete summary.json"
         print(f"  FAILED: {name} ({why}); see {log_path}", flush=True)
         return progress.ended(False, r)
     print(f"  done: {name}", flush=True)
     return progress.ended(True, r)
+
+
+def compile_cache_env(out: Path) -> dict[str, str]:
+    """The environment of a sweep's runs: one persistent compilation cache for all of them, `<out>/.jax_cache`
+    (the variable set already wins), keeping every program however short its compile."""
+    env = dict(os.environ)
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", str(out / ".jax_cache"))
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    return env
 
 
 def _complete(r: Run, steps: int | None) -> bool:

@@ -8,7 +8,8 @@ Every algorithm runs with the same `--group-size` (default 4), so all see the sa
 number of episodes per step: grpo, drgrpo and rloo normalise within groups and need group_size >= 2; the
 others simply get groups of episodes that share a seed. When the preset warm-starts, each seed's warm start runs
 once, in `<out>/warm/seed<s>` (0 RL steps, exported to its `hf/`), and every algorithm of that seed trains from
-that export (`--no-shared-warm-start`: each run warm-starts itself): the algorithms of a seed then differ only in
+that export (`--no-shared-warm-start`: each run warm-starts itself; `--warm-starts one`: one warm start, the
+first seed's, for every run): the algorithms of a seed then differ only in
 RL (PPO's critic starts from the warm-started policy's trunk rather than the random init's). Runs live in
 `<out>/<algorithm>/seed<s>`; the sweep writes `<out>/results.md` (per algorithm: finished runs, each `--metric`'s
 mean ± 95% interval over seeds, failed seeds; then every seed's values), `results.json` (the same with std and
@@ -42,6 +43,7 @@ def build_runs(
     extra: Sequence[str],
     *,
     shared_warm_start: bool = False,
+    one_warm_start: bool = False,
 ) -> list[Run]:
     """One run per (algorithm, seed), all with the same group size; with `shared_warm_start`, one warm-start run
     per seed first, which that seed's runs train from."""
@@ -53,7 +55,7 @@ def build_runs(
         raise SystemExit(f"{' '.join(grouped)} normalise within groups of rollouts; use --group-size 2 or more")
     own = (*overrides, "--group-size", str(group_size))
     runs = [Run(a, s, out / a / f"seed{s}", (*own, "--algorithm", a), tuple(extra)) for a in algorithms for s in seeds]
-    return with_shared_warm_start(runs, out, overrides, extra) if shared_warm_start else runs
+    return with_shared_warm_start(runs, out, overrides, extra, one=one_warm_start) if shared_warm_start else runs
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -70,7 +72,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = Path(args.out).resolve()
     shared = use_shared_warm_start(args, extra)
     runs = build_runs(
-        args.algorithms, args.seeds, args.group_size, out, common_overrides(args), extra, shared_warm_start=shared
+        args.algorithms,
+        args.seeds,
+        args.group_size,
+        out,
+        common_overrides(args),
+        extra,
+        shared_warm_start=shared,
+        one_warm_start=args.warm_starts == "one",
     )
     fields = ["algorithm", "group_size", "episodes_per_step", "gamma", "seed", "steps", "warm_start.steps", "run_dir"]
     finish(runs, args, out, "algorithm", numeric_x=False, fields=fields)

@@ -8,7 +8,8 @@ GEM's finding (issue 30): with gamma < 1 a success in fewer turns has a higher r
 to need fewer turns. The default preset, tiny-gamma, warm-starts on a teacher that needs more turns than it could.
 Each seed's warm start runs once, in `<out>/warm/seed<s>` (0 RL steps, exported to its `hf/`), and every gamma of
 that seed trains from that export (`--no-shared-warm-start`: each run warm-starts itself); the gammas of a seed
-then differ only in RL. Each run lives in `<out>/gamma<g>/seed<s>` (metrics.jsonl, summary.json, checkpoints/ as
+then differ only in RL. `--warm-starts one` runs a single warm start (the first seed's, `<out>/warm/all-seed<s>`)
+that every run trains from, as the experiment's design does (docs/results.md). Each run lives in `<out>/gamma<g>/seed<s>` (metrics.jsonl, summary.json, checkpoints/ as
 any run). The sweep writes `<out>/results.md` (per gamma: finished runs, each metric's mean ± 95% interval over
 seeds, failed seeds; then every seed's values), `results.json` (the same with std and per-seed values) and
 `plot.png` (each final metric against gamma with every seed, and the mean `--curve-metric` curve per gamma).
@@ -41,6 +42,7 @@ def build_runs(
     extra: Sequence[str],
     *,
     shared_warm_start: bool = False,
+    one_warm_start: bool = False,
 ) -> list[Run]:
     """One run per (gamma, seed), the gamma override last among the sweep's own overrides; with
     `shared_warm_start`, one warm-start run per seed first, which that seed's runs train from."""
@@ -52,7 +54,7 @@ def build_runs(
         for g in gammas
         for s in seeds
     ]
-    return with_shared_warm_start(runs, out, overrides, extra) if shared_warm_start else runs
+    return with_shared_warm_start(runs, out, overrides, extra, one=one_warm_start) if shared_warm_start else runs
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -70,7 +72,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     out = Path(args.out).resolve()
     overrides = common_overrides(args)
     runs = build_runs(
-        args.gammas, args.seeds, out, overrides, extra, shared_warm_start=use_shared_warm_start(args, extra)
+        args.gammas,
+        args.seeds,
+        out,
+        overrides,
+        extra,
+        shared_warm_start=use_shared_warm_start(args, extra),
+        one_warm_start=args.warm_starts == "one",
     )
     finish(
         runs,
