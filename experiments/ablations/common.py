@@ -98,6 +98,7 @@ def base_parser(
     metrics: Sequence[str] = (METRIC,),
     curve_metric: str = CURVE_METRIC,
     shared_warm_start: bool = False,
+    baseline: str | None = None,
 ) -> argparse.ArgumentParser:
     """The options every sweep has; `shared_warm_start` adds --shared-warm-start / --no-shared-warm-start and
     --warm-starts per-seed | one."""
@@ -123,6 +124,12 @@ def base_parser(
         "--curve-metric",
         default=curve_metric,
         help=f"per-step metric of the learning-curve panel (default: {curve_metric})",
+    )
+    ap.add_argument(
+        "--baseline",
+        default=baseline,
+        help="the variant the others are compared with seed by seed (paired differences with 95%% intervals in "
+        f"results.md; default: {baseline})",
     )
     ap.add_argument("--dry-run", action="store_true", help="print each run's command and config, run nothing")
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (at most the machine's cores; default 1)")
@@ -462,9 +469,11 @@ def summarize(
     metrics: Sequence[str] = (METRIC,),
     steps: int | None = None,
     curve_metric: str = CURVE_METRIC,
+    baseline: str | None = None,
 ) -> list[dict]:
     """Write results.json (per variant: finished runs, failed seeds, and per metric the per-seed values, mean,
-    std and 95% interval), results.md (one table, then the per-seed values) and plot.png; return the rows.
+    std and 95% interval; with a `baseline` variant, each other variant's paired differences to it), results.md
+    (one table, the paired table, then the per-seed values) and plot.png; return the rows.
     `metrics[0]` is the primary metric. Shared warm starts are not variants. A run that did not finish (for
     `steps` steps when given) is listed as failed and left out of every statistic; a finished run without a
     metric is left out of that metric's only."""
@@ -479,11 +488,15 @@ def summarize(
             per_seed = {r.seed: final_metric(r.run_dir, m, steps) for r in finished}
             stats[m] = interval([v for v in per_seed.values() if v is not None]) | {"per_seed": per_seed}
         rows.append({"variant": variant, "runs": len(finished), "failed": failed, "metrics": stats})
+    base = next((r for r in rows if r["variant"] == baseline), None)
+    for r in rows if base is not None else ():
+        if r is not base:
+            r["paired"] = {m: paired(r["metrics"][m]["per_seed"], base["metrics"][m]["per_seed"]) for m in metrics}
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(
-        json.dumps({"metrics": list(metrics), "steps": steps, "variants": rows}, indent=2)
+        json.dumps({"metrics": list(metrics), "steps": steps, "baseline": baseline, "variants": rows}, indent=2)
     )
-    table = _table(rows, xlabel, metrics)
+    table = _table(rows, xlabel, metrics, baseline if base is not None else None)
     (out / "results.md").write_text(table)
     print(table)
     _plot(runs, rows, out / "plot.png", xlabel, numeric_x=numeric_x, metrics=metrics, curve_metric=curve_metric)
@@ -491,9 +504,17 @@ def summarize(
     return rows
 
 
-def _table(rows: list[dict], xlabel: str, metrics: Sequence[str]) -> str:
+def paired(values: dict[int, float | None], base: dict[int, float | None]) -> dict[str, Any]:
+    """`interval` of the per-seed differences `values[s] - base[s]` over the seeds where both have a value (the
+    same seed: the same warm start, evaluation games and sampling stream; a paired comparison), with the seeds."""
+    seeds = [s for s in values if values[s] is not None and base.get(s) is not None]
+    return interval([values[s] - base[s] for s in seeds]) | {"seeds": seeds}
+
+
+def _table(rows: list[dict], xlabel: str, metrics: Sequence[str], baseline: str | None = None) -> str:
     """results.md: per variant and metric "mean ± half-width of the 95% interval" (with its n where a finished
-    run lacks the metric), then every finished run's values."""
+    run lacks the metric); with a `baseline`, each variant's paired differences to it; then every finished run's
+    values."""
     lines = [
         f"Final metrics over finished seeds: mean ± half-width of the 95% interval of the mean (Student's t, n - 1 "
         f"df); (n=k) where only k finished runs have the metric. Failed seeds are left out. Primary: {metrics[0]}.",
@@ -505,6 +526,20 @@ def _table(rows: list[dict], xlabel: str, metrics: Sequence[str]) -> str:
         cells = [_cell(r["metrics"][m], r["runs"]) for m in metrics]
         failed = ", ".join(map(str, r["failed"])) or "-"
         lines.append(f"| {r['variant']} | {r['runs']} | {' | '.join(cells)} | {failed} |")
+    if baseline is not None:
+        lines += [
+            "",
+            f"Paired by seed: each {xlabel} minus {xlabel} {baseline} on the same seeds, the mean difference and "
+            "its 95% interval [lo, hi]:",
+            "",
+            f"| {xlabel} | seeds | {' | '.join(metrics)} |",
+            "|---|---:|" + "---:|" * len(metrics),
+        ]
+        for r in rows:
+            if "paired" in r:
+                d = r["paired"]
+                cells = [_diff(d[m]) for m in metrics]
+                lines.append(f"| {r['variant']} | {d[metrics[0]]['n']} | {' | '.join(cells)} |")
     lines += ["", "Per seed (finished runs):", "", f"| {xlabel} | seed | {' | '.join(metrics)} |"]
     lines.append("|---|---:|" + "---:|" * len(metrics))
     for r in rows:
@@ -512,6 +547,14 @@ def _table(rows: list[dict], xlabel: str, metrics: Sequence[str]) -> str:
             values = " | ".join(_fmt(r["metrics"][m]["per_seed"][seed]) for m in metrics)
             lines.append(f"| {r['variant']} | {seed} | {values} |")
     return "\n".join(lines) + "\n"
+
+
+def _diff(s: dict) -> str:
+    """A paired difference: its mean, signed, and the 95% interval."""
+    if s["mean"] is None:
+        return "-"
+    lo_hi = f" [{s['ci95'][0]:+.3f}, {s['ci95'][1]:+.3f}]" if s["ci95"] else ""
+    return f"{s['mean']:+.3f}{lo_hi}"
 
 
 def _cell(s: dict, runs: int) -> str:
@@ -529,7 +572,14 @@ def finish(
         return
     run_all(runs, args.preset, args.steps, args.jobs)
     rows = summarize(
-        runs, out, xlabel, numeric_x=numeric_x, metrics=args.metrics, steps=args.steps, curve_metric=args.curve_metric
+        runs,
+        out,
+        xlabel,
+        numeric_x=numeric_x,
+        metrics=args.metrics,
+        steps=args.steps,
+        curve_metric=args.curve_metric,
+        baseline=args.baseline,
     )
     exit_on_failures(rows)
 

@@ -66,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         metrics=METRICS,
         curve_metric="rollout/turns",
         shared_warm_start=True,
+        baseline="1",
     )
     ap.add_argument("--gammas", type=float, nargs="+", default=[0.5, 0.8, 0.9, 0.99, 1.0], help="discount factors")
     args = ap.parse_args(own)
