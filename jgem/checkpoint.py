@@ -168,8 +168,12 @@ class Checkpointer:
         run_config: Any = None,
         ignore_fields: tuple[str, ...] = (),
         defaults: Any = None,
+        processes: list[int] | None = None,
     ):
+        """`processes`: the processes that save and restore (a role split's learners, `jgem.train.roles`), the
+        first of them the primary; default: all of them, process 0 the primary."""
         self.config = config
+        self._primary = processes[0] if processes else 0
         self.run_config = flatten_config(run_config) if run_config is not None else {}
         self.defaults = flatten_config(defaults) if defaults is not None else {}
         self.fingerprint = config_fingerprint(run_config) if run_config is not None else None
@@ -192,11 +196,31 @@ class Checkpointer:
             best_mode=config.best_mode,
             enable_async_checkpointing=config.async_save,
             cleanup_tmp_directories=True,  # remove the leftovers of a save that was killed
-            create=True,
+            create=not processes,  # orbax creates the directory only over all processes (it is made below)
+            multiprocessing_options=ocp.options.MultiprocessingOptions(
+                primary_host=self._primary, active_processes=set(processes) if processes else None
+            ),
         )
         Path(config.directory).mkdir(parents=True, exist_ok=True)
+        registry = None
+        if processes:  # every handler with the same processes and primary (the default ones wait for process 0)
+            mp = options.multiprocessing_options
+            # arrays' metadata (.zarray) is written by the array handler's primary host: one of these processes
+            handler = ocp.type_handlers.ArrayHandler(primary_host=self._primary)
+            ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+            state = ocp.handlers.StandardCheckpointHandler(multiprocessing_options=mp)
+            registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+            registry.add("state", ocp.args.StandardSave, state)
+            registry.add("state", ocp.args.StandardRestore, state)
+            registry.add("state", ocp.args.PyTreeRestore, ocp.handlers.PyTreeCheckpointHandler(multiprocessing_options=mp))
+            host = ocp.handlers.JsonCheckpointHandler(multiprocessing_options=mp)
+            registry.add("host", ocp.args.JsonSave, host)
+            registry.add("host", ocp.args.JsonRestore, host)
         self._manager = ocp.CheckpointManager(
-            Path(config.directory).resolve(), options=options, item_names=("state", "host")
+            Path(config.directory).resolve(),
+            options=options,
+            item_names=None if registry else ("state", "host"),
+            handler_registry=registry,
         )
 
     def _metric(self, metrics: dict[str, Any]) -> float:
@@ -323,7 +347,7 @@ class Checkpointer:
     def _set_aside(self, step: int) -> Path:
         src = Path(self.config.directory).resolve() / str(step)
         dst = Path(str(Path(self.config.directory).resolve()) + ".corrupt") / str(step)
-        if jax.process_index() == 0 and src.exists():
+        if jax.process_index() == self._primary and src.exists():
             dst.parent.mkdir(parents=True, exist_ok=True)
             if dst.exists():
                 dst = dst.with_name(f"{step}-{int(time.time())}")

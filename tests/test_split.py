@@ -192,3 +192,32 @@ def test_a_resumed_split_run_samples_with_the_restored_params(tmp_path):
     sb = resumed.run()
     assert straight.in_sync == [True] * 3 and resumed.in_sync == [True]
     assert sb["params_sha256"] == sa["params_sha256"]
+
+
+class _FakeMesh:
+    """A mesh's devices as their process indices: the sides of a pod's split without its processes."""
+
+    def __init__(self, processes):
+        self.devices = np.array([type("Device", (), {"process_index": p})() for p in processes], dtype=object)
+
+
+def test_roles_deal_each_side_its_share_and_refuse_processes_on_both_sides_and_one(monkeypatch):
+    """A role split (`jgem.train.roles`): whole processes a side, 4 episodes a step per process of the run. The
+    samplers (processes 0-1) play the step's 16, 8 each; the learners (2-3) train 8 each, process 3 the second 8.
+    Processes on both sides and on one only (a split that is not whole hosts) are refused with the flag to change."""
+    from jgem.train.roles import Roles
+
+    monkeypatch.setattr(jax, "process_index", lambda: 3)
+    monkeypatch.setattr(jax, "process_count", lambda: 4)
+    roles = Roles(_FakeMesh([2, 2, 3, 3]), _FakeMesh([0, 0, 1, 1]))
+    assert roles.split and roles.learns and not roles.samples and roles.lead == 2
+    assert roles.share(4, side="learner") == (8, 8)
+    monkeypatch.setattr(jax, "process_index", lambda: 0)  # the first sampler plays the first 8
+    assert Roles(_FakeMesh([2, 2, 3, 3]), _FakeMesh([0, 0, 1, 1])).share(4, side="sampler") == (0, 8)
+    monkeypatch.setattr(jax, "process_index", lambda: 3)
+    with pytest.raises(ValueError, match="4 items a step .* do not divide over the 3 learner processes"):
+        Roles(_FakeMesh([1, 2, 3]), _FakeMesh([0])).share(1, side="learner")
+    both = Roles(_FakeMesh([0, 1, 2, 3]), _FakeMesh([0, 1, 2, 3]))  # per_process: everyone both, nothing sent
+    assert not both.split and both.learns and both.samples and both.share(4, side="sampler") == (12, 4)
+    with pytest.raises(ValueError, match="rollout-devices as a multiple of the devices per process"):
+        Roles(_FakeMesh([1, 2, 3]), _FakeMesh([0, 1]))

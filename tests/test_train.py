@@ -262,16 +262,18 @@ def test_a_moved_run_dir_resumes(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
 
 
-def _two_processes(args: dict, devices: int = 1, heartbeat: int | None = None) -> list[subprocess.Popen]:
-    """The run `args` as 2 JAX processes of `devices` CPU devices each on localhost (what
+def _two_processes(
+    args: dict, devices: int = 1, heartbeat: int | None = None, processes: int = 2
+) -> list[subprocess.Popen]:
+    """The run `args` as 2 (or `processes`) JAX processes of `devices` CPU devices each on localhost (what
     experiments/tpu_pod/local_multiprocess.sh starts, with its default of one device a process); they share the
     suite's persistent compilation cache (tests/conftest.py: the same programs, compiled once)."""
     port = free_port()
-    env = {"JGEM_COORDINATOR": f"127.0.0.1:{port}", "JGEM_NUM_PROCESSES": "2"}
+    env = {"JGEM_COORDINATOR": f"127.0.0.1:{port}", "JGEM_NUM_PROCESSES": str(processes)}
     env["XLA_FLAGS"] = xla_flags(devices)
     if heartbeat is not None:
         env["JGEM_HEARTBEAT_TIMEOUT"] = str(heartbeat)
-    return [_run(args, env={**env, "JGEM_PROCESS_ID": str(i)}) for i in range(2)]
+    return [_run(args, env={**env, "JGEM_PROCESS_ID": str(i)}) for i in range(processes)]
 
 
 def _summaries(procs: list[subprocess.Popen], timeout: float = 900) -> list[dict]:
@@ -391,6 +393,18 @@ def split_run(tmp_path_factory) -> tuple[Path, list[dict]]:
     return _straight_two_process_run(tmp_path_factory, "split", SPLIT)
 
 
+@pytest.fixture(scope="module")
+def role_reference(tmp_path_factory) -> tuple[Path, dict]:
+    """1 process x 4 devices split 2 + 2 with the 2-process runs' global batch: 8 episodes a step on 8 envs (REINFORCE:
+    these untrained models' returns are all equal, so ReBN's advantages would be 0 and only REINFORCE moves the
+    params), a warm-start step of 8 teacher games."""
+    run_dir = tmp_path_factory.mktemp("role-reference") / "run"
+    args = {**ROLE_SPLIT, "run_dir": str(run_dir), "episodes_per_step": 8, "env": {"num_envs": 8}}
+    args["warm_start"] = {"steps": 1, "episodes_per_step": 8}
+    args["mesh"] = {"rollout_devices": 2}
+    return run_dir, _summary(_run(args, env={"XLA_FLAGS": xla_flags(4)}))
+
+
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.xdist_group("two-process-split")
@@ -407,6 +421,88 @@ def test_two_processes_on_split_meshes_train_like_one(tmp_path, split_run):
     assert len(rows) == 3 and all(r["pipeline/publish_bytes"] > 0 for r in rows)
     assert [r["pipeline/publish_bytes"] for r in rows] == [r["pipeline/publish_bytes"] for r in ref_rows]
     _trained_alike(rows, ref_rows, two[0], ref)
+
+
+# A role split (--mesh.rollout-placement first): 4 processes x 1 device, processes 0 and 1 sample (the envs, the
+# engine; 2 episodes each per process of the run: 4 each), processes 2 and 3 train (their share of the 8 episodes,
+# and the warm start's teacher games); REINFORCE, off_policy lag 1, a checkpoint after the warm start and every step.
+ROLE_SPLIT = {
+    "steps": 3,
+    "checkpoint_every": 1,
+    "keep_checkpoints": 9,
+    "algorithm": "reinforce",
+    "episodes_per_step": 2,
+    "warm_start": {"steps": 1, "episodes_per_step": 2},
+    "pipeline": {"mode": "off_policy", "lag": 1},
+    "mesh": {"rollout_devices": 2, "rollout_placement": "first"},
+    "param_probe": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def role_run(tmp_path_factory) -> tuple[Path, list[dict]]:
+    run_dir = tmp_path_factory.mktemp("role-split") / "run"
+    return run_dir, _summaries(_two_processes({**ROLE_SPLIT, "run_dir": str(run_dir)}, processes=4))
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.xdist_group("role-split")
+def test_a_role_split_samples_on_some_processes_and_trains_on_others_like_one_process(role_run, role_reference):
+    """Issue 33: whole processes a side. The samplers' episodes reach the learners through the coordinator's
+    key-value store, the learners' metrics come back the same way, the weights move device to device; the learners
+    alone save checkpoints (orbax over their processes). Against 1 process x 4 devices split 2 + 2 with the global
+    batch: the same losses, the same params (every process's copy: the samplers' is their last publication)."""
+    run_dir, runs = role_run
+    ref_dir, ref = role_reference
+    assert len({s["params_sha256"] for s in runs}) == 1
+    assert len({json.dumps(s["param_probe"]) for s in runs}) == 1, "the samplers' copy is the learners' params"
+    rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
+    ref_rows = [r for r in read_jsonl(ref_dir / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(r["pipeline/publish_bytes"] > 0 for r in rows)
+    assert [r["pipeline/staleness_max"] for r in rows] == [0, 1, 1]
+    assert all(abs(r["train/loss"]) > 0 for r in rows), "a test of equal updates needs updates"
+    _trained_alike(rows, ref_rows, runs[0], ref)
+    assert sorted(int(c.name) for c in (run_dir / "checkpoints").iterdir() if c.name.isdigit()) == [0, 1, 2, 3]
+    assert sorted(p.name for p in (run_dir / "pipeline").iterdir())[-2:] == [
+        "step-3.process-0.pkl",
+        "step-3.process-1.pkl",
+    ], "each sampler's episodes played ahead, beside the learners' checkpoint"
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.xdist_group("role-split")
+def test_a_learner_killed_in_a_role_split_stops_every_process_and_the_run_resumes_exactly(tmp_path, role_run):
+    """A learner process SIGKILLed after a checkpoint: the samplers (waiting for its messages or its publication)
+    and the other learner stop through the coordinator's heartbeat (5 s here) instead of waiting forever; the four
+    processes restarted resume from the last checkpoint and end bit-identical to the straight run."""
+    _, straight = role_run
+    run_b = tmp_path / "b"
+    args = {**ROLE_SPLIT, "run_dir": str(run_b)}
+    procs = _two_processes(args, heartbeat=5, processes=4)
+    ckpts = run_b / "checkpoints"
+    target = random.randint(0, 2)
+    deadline = time.time() + 600
+    try:
+        while not (ckpts.is_dir() and any(c.name.isdigit() and int(c.name) >= target for c in ckpts.iterdir())):
+            assert all(p.poll() is None for p in procs), f"a process ended before checkpoint {target}"
+            assert time.time() < deadline, f"no checkpoint {target} in time"
+            time.sleep(0.02)
+        procs[2].send_signal(signal.SIGKILL)
+        logs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert procs[2].returncode == -signal.SIGKILL
+    assert all(p.returncode != 0 for p in procs), "a process went on alone"
+    assert not (run_b / "summary.json").exists(), logs[0][-3000:]
+    resumed = _summaries(_two_processes(args, processes=4))
+    assert {s["params_sha256"] for s in resumed} == {straight[0]["params_sha256"]}
+    rows = [r for r in read_jsonl(run_b / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == [1, 2, 3]
 
 
 @pytest.mark.slow

@@ -90,8 +90,14 @@ def _die_in_publication(process: int, nth: int) -> None:
 
 
 def main() -> None:
-    """argv[1]: JSON of small_config kwargs (with "run_dir"); runs the trainer and prints the summary."""
+    """argv[1]: JSON of small_config kwargs (with "run_dir"); runs the trainer and prints the summary. SIGUSR1
+    prints every thread's stack (a multi-process test that hangs: `kill -USR1 <pid>`)."""
+    import faulthandler
+    import signal
+
     from jgem.sharding.mesh import initialize
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     initialize()
     kwargs = json.loads(sys.argv[1])
@@ -110,7 +116,12 @@ def main() -> None:
         from jax.experimental import multihost_utils
 
         params = trainer.state.params
-        if jax.process_count() > 1:
+        if trainer.roles.split:  # each side its own copy (the samplers': their last publication), gathered on it
+            mesh = trainer.mesh if trainer.roles.learns else trainer.rollout_mesh
+            params = trainer.state.params if trainer.roles.learns else trainer.sampler_params
+            whole = jax.jit(lambda t: t, out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+            params = jax.tree.map(lambda x: x.addressable_data(0), whole(params))
+        elif jax.process_count() > 1:
             params = multihost_utils.process_allgather(params, tiled=True)
         summary["param_probe"] = [np.asarray(x).ravel()[:16].tolist() for x in jax.tree.leaves(params)]
     print("SUMMARY " + json.dumps(summary, default=str), flush=True)

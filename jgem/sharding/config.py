@@ -22,7 +22,7 @@ class MeshConfig:
     rollout_placement: Literal["per_process", "first"] = "per_process"
     """which devices sample: `per_process` each process's first N / processes (every process plays and trains its
     own episodes; a publication pairs devices of one host), `first` the first N of all (a contiguous part of a pod
-    slice, whole hosts sampling: compiled by the AOT tool; the trainer needs every process on both sides today)"""
+    slice: whole hosts sample, the others train, `jgem.train.roles`; N a multiple of the devices per process)"""
     rollout_data: int = -1
     """the sampler's mesh, with --mesh.rollout-devices: its data axis (its own layout, e.g. more data-parallel rows)"""
     rollout_fsdp: int = 1

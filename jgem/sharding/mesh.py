@@ -74,18 +74,17 @@ def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> 
 
 
 def process_max(values, mesh: Mesh | None = None) -> list[int]:
-    """The element-wise maximum of `values` (integers) over all processes: one small all-gather program; in one
-    process, `values` themselves. Every process must call it, with as many values.
+    """The element-wise maximum of `values` (integers) over the processes of `mesh` (default: all devices, so
+    all processes): one small all-gather program; in one process, `values` themselves. Every process that holds
+    devices of `mesh`, and only those, must call it, with as many values.
 
-    The program runs on the devices of `mesh` (default: all devices). With split meshes a side agrees over its
-    own devices: a program over every device would wait behind the other side's work (the sampler's rounds
-    behind the learner's update), and on CPU processes (gloo) a program over some devices must not run while
-    one over a superset of them does."""
-    if jax.process_count() == 1:
-        return [int(v) for v in values]
+    With split meshes a side agrees over its own devices: a program over every device would wait behind the other
+    side's work (the sampler's rounds behind the learner's update), and on CPU processes (gloo) a program over
+    some devices must not run while one over a superset of them does. In a role split (whole processes on each
+    side, `jgem.train.roles`) only that side's processes take part."""
     devices = sorted(jax.devices() if mesh is None else mesh.devices.flat, key=lambda d: d.id)
-    if len({d.process_index for d in devices}) < jax.process_count():  # some process has none: agree over all
-        return process_max(values)
+    if len({d.process_index for d in devices}) == 1:
+        return [int(v) for v in values]
     # a row per device of the set, each process's on its own devices: the program runs on the same devices as the
     # side's others (on CPU processes a program over part of a set of devices must not overlap one over all of it)
     line = Mesh(np.asarray(devices, dtype=object), ("p",))

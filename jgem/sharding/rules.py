@@ -129,8 +129,9 @@ def put_global(x, sharding: jax.sharding.Sharding):
         return jax.device_put(x, sharding, may_alias=False)  # a global array already (e.g. load_pretrained's)
     if not isinstance(x, jax.Array):
         x = np.asarray(x)
-        return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
-    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx].copy())
+        return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx], dtype=x.dtype)
+    # dtype: a process that holds none of `sharding`'s devices (a role split's other side) has no shard to read it
+    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx].copy(), dtype=x.dtype)
 
 
 def shard_tree(tree, mesh: Mesh, rules: Rules = DEFAULT_RULES):

@@ -32,7 +32,7 @@ class Learner(Run):
         minibatches = math.lcm(cfg.learner.minibatches, cfg.warm_start.minibatches)
         self.batch_divisor = minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
         # this process's share of the [E, ...] episode arrays' shards (E is padded to a multiple of it)
-        self.episode_divisor = max(1, batch_axis_size(self.mesh) // jax.process_count())
+        self.episode_divisor = max(1, batch_axis_size(self.mesh) // len(self.roles.learners))
 
     def step_spec(self, *, sft: bool = False) -> StepSpec:
         """How the step's program turns the batch into advantages: the algorithm's estimator, or supervised."""
@@ -42,19 +42,37 @@ class Learner(Run):
         return StepSpec.of(self.algorithm, gamma=cfg.gamma, lam=cfg.lam, kl_coef=cfg.learner.kl_coef)
 
     def learn(
-        self, episodes: list[Episode], *, sft: bool = False, meanwhile: Callable[[Any], None] | None = None
+        self,
+        episodes: list[Episode],
+        *,
+        sft: bool = False,
+        meanwhile: Callable[[Callable[[], bool]], None] | None = None,
+        publish: bool = True,
     ) -> dict[str, float]:
         """One update on `episodes`: pack, one upload, one program (`jgem.algos.step.train_step`), one download,
-        then (split meshes) the new weights published to the sampler. `meanwhile(metrics)`, when given, runs after
-        the program is dispatched and before its metrics are read: with split meshes the sampler's devices go on
-        generating (the pipeline's steps ahead) while the learner's run the update. Returns the packing's metrics
-        and the update's (unprefixed: loss, grad_norm, ...)."""
-        host, metrics = self.pack(episodes, sft=sft)
-        self.state, m = self._train_step(self.state, self.upload(host), self.step_spec(sft=sft))
-        if meanwhile is not None:
-            meanwhile(m)
-        metrics |= self.download(m)
-        self.publish()
+        then (split meshes, with `publish`) the new weights published to the sampler. `meanwhile(done)`, when given,
+        runs after the program is dispatched and before its metrics are read, `done()` telling whether the update
+        has finished: with split meshes the sampler's devices go on generating (the pipeline's steps ahead) while
+        the learner's run the update. Returns the packing's metrics and the update's (unprefixed: loss, grad_norm,
+        ...).
+
+        In a role split (`jgem.train.roles`) a learner process updates on its share of the step's episodes (its
+        caller received them) and, with `publish`, the first learner sends the metrics; a sampler process does not
+        update: it waits for those metrics (driving `meanwhile` until they arrive), returns them, and joins the
+        publication. Without `publish` (the warm start's steps) the samplers take no part."""
+        roles = self.roles
+        if roles.learns:
+            host, metrics = self.pack(episodes, sft=sft)
+            self.state, m = self._train_step(self.state, self.upload(host), self.step_spec(sft=sft))
+            if meanwhile is not None:
+                meanwhile(lambda: all(x.is_ready() for x in jax.tree.leaves(m)))
+            metrics |= self.download(m)
+            if roles.split and publish and jax.process_index() == roles.lead:
+                roles.send("update", metrics)  # the samplers wait for it to join the publication
+        else:
+            metrics = roles.wait("update", roles.lead, meanwhile)
+        if publish:
+            self.publish()
         return metrics
 
     def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
@@ -96,7 +114,7 @@ class Learner(Run):
             boot = pack_prompts(cut, buckets=cfg.batch_buckets, batch_divisor=d, pad_id=self.chat.pad_id)
         K, E, rows_, T_, rows_b, T_b = process_max([K, len(episodes), *shape(packed.arrays), *shape(boot)], self.mesh)
         E = -(-E // self.episode_divisor) * self.episode_divisor
-        first = jax.process_index() * E  # this process's episodes' global indices start here
+        first = self.roles.learners.index(jax.process_index()) * E  # this process's episodes' global indices
         glob = lambda idx: np.where(idx >= 0, idx + first, -1).astype(np.int32)
         pad = lambda x, n, t, fill=0: np.pad(x, [(0, n - x.shape[0]), (0, t - x.shape[1])], constant_values=fill)
         names = ["tokens", "positions", "segment_ids", "loss_mask", "old_logprobs"]

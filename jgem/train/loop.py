@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -57,8 +58,9 @@ class Trainer(Learner):
         super().__init__(cfg)
         # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
-        # the producer / consumer of an off_policy or async run (jgem.train.pipeline); None: sync
-        self.pipeline = Pipeline(self) if cfg.pipeline.mode != "sync" else None
+        # the producer / consumer of an off_policy or async run (jgem.train.pipeline), on the sampler's processes;
+        # None: sync, or a learner's process of a role split
+        self.pipeline = Pipeline(self) if cfg.pipeline.mode != "sync" and self.roles.samples else None
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -91,13 +93,16 @@ class Trainer(Learner):
                 if saved:
                     if self.pipeline:
                         self.pipeline.save(step + 1)
-                    ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
+                    self._pipeline_saved()
+                    if ckpt:
+                        ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
                     if self.pipeline:
                         self.pipeline.prune(self.run_dir / "checkpoints")
             progress.stop()
-            ckpt.wait()
-            last_checkpoint = ckpt.latest_step()
-            summary |= {"final_eval": last_eval, "params_sha256": params_digest(self.state.params), "steps": cfg.steps}
+            if ckpt:
+                ckpt.wait()
+            last_checkpoint = (committed_steps(self.run_dir / "checkpoints") or [None])[-1]
+            summary |= {"final_eval": last_eval, "params_sha256": self._digest(), "steps": cfg.steps}
             logger.close()
             if cfg.plot and jax.process_index() == 0 and cfg.steps:
                 title = f"{cfg.algorithm} on {cfg.env.env_id}"
@@ -105,7 +110,8 @@ class Trainer(Learner):
                 summary["plot"] = str(curves)
         finally:
             progress.stop()
-            ckpt.close()
+            if ckpt:
+                ckpt.close()
             logger.close()
             self.close()
         if jax.process_index() == 0:
@@ -115,7 +121,10 @@ class Trainer(Learner):
 
     def train_step(self, step: int) -> dict[str, float]:
         """One RL step: play its episodes (with dynamic sampling, drop the groups without signal and play more),
-        learn from them; the step's metrics (its episodes': the first round's, the step's on-policy sample)."""
+        learn from them; the step's metrics (its episodes': the first round's, the step's on-policy sample). In a
+        role split a learner's process trains on its share of what the samplers played (`_learner_step`)."""
+        if not self.roles.samples:
+            return self._learner_step(step)
         t0 = time.perf_counter()
         pipe = self.pipeline
         if pipe is None:
@@ -131,6 +140,8 @@ class Trainer(Learner):
         if pipe is not None and pipe.mode == "async" and stale.size and stale.max() > pipe.ahead:
             raise AssertionError(f"step {step} would train on tokens {stale.max()} versions old (max {pipe.ahead})")
         t1 = time.perf_counter()
+        if self.roles.split:  # to the learners' processes
+            self.roles.send("episodes", episodes)
         if pipe is not None:
             pipe.before_update(step)
         meanwhile = None if pipe is None else (lambda m: pipe.meanwhile(step, m))
@@ -161,14 +172,59 @@ class Trainer(Learner):
                 metrics["pipeline/tokens_during_update"] = float(pipe.during_update)
         return metrics
 
+    def _learner_step(self, step: int) -> dict[str, float]:
+        """A role split's learner process: step `step`'s episodes from every sampler (in their global order), this
+        process's contiguous share of them trained (`learn` reports to the samplers and joins the publication).
+        Its metrics are the update's; the samplers' process logs the step."""
+        t0 = time.perf_counter()
+        played = [e for part in self.roles.receive("episodes", self.roles.samplers) for e in part]
+        i, n = self.roles.learners.index(jax.process_index()), len(self.roles.learners)
+        episodes = played[i * len(played) // n : (i + 1) * len(played) // n]
+        t1 = time.perf_counter()
+        metrics = {k if "/" in k else f"train/{k}": v for k, v in self.learn(episodes).items()}
+        check_finite_loss(metrics["train/loss"], step, episodes)
+        self.host["episodes"] += len(episodes)
+        return metrics | {"time/collect_s": t1 - t0, "time/update_s": time.perf_counter() - t1}
+
+    def _digest(self) -> str:
+        """`params_digest` of the params the run ends with; in a role split the learners work it out over their
+        own devices and the first sends it to the samplers."""
+        roles = self.roles
+        if not roles.split:
+            return params_digest(self.state.params)
+        if not roles.learns:
+            return roles.receive("digest", [roles.lead])[0]
+        digest = params_digest(self.state.params, self.mesh)
+        if jax.process_index() == roles.lead:
+            roles.send("digest", digest)
+        return digest
+
+    def _pipeline_saved(self) -> None:
+        """A role split with a pipeline, before a checkpoint: every sampler has written its pipeline file (the
+        episodes played ahead) before the learners save, so no checkpoint exists without them."""
+        if not self.roles.split or self.cfg.pipeline.mode == "sync":
+            return
+        if self.roles.samples:
+            self.roles.send("saved", True)
+        else:
+            self.roles.receive("saved", self.roles.samplers)
+
     def warm_start(self, log) -> None:
         """The supervised warm start (`jgem.train.warm_start`), `log(step, metrics)` after each of its steps."""
         warm_start(self, log)
         self.host["warm_start_done"] = True
 
     def evaluate(self, step: int) -> dict[str, float]:
-        """Eval metrics on the held-out seeds, with the horizon evaluation ran at and the training horizon of `step`."""
-        return eval_metrics(self, step, self.collect(step, eval=True))
+        """Eval metrics on the held-out seeds, with the horizon evaluation ran at and the training horizon of `step`.
+        In a role split the samplers play them and the first sampler's metrics go to the learners (which rank
+        checkpoints by them)."""
+        roles = self.roles
+        if not roles.samples:
+            return roles.receive("eval", roles.samplers[:1])[0]
+        metrics = eval_metrics(self, step, self.collect(step, eval=True))
+        if roles.split and jax.process_index() == roles.samplers[0]:
+            roles.send("eval", metrics)
+        return metrics
 
     def collect(self, step: int, *, eval: bool = False, round: int = 0):
         """`Run.collect`, recording version `step` (the updates applied) on every sampled token."""
@@ -176,20 +232,24 @@ class Trainer(Learner):
 
     # -- the loop's parts ---------------------------------------------------------------------------
 
-    def _open_outputs(self) -> tuple[Checkpointer, MetricsLogger, Progress]:
-        """The run's checkpointer, metrics logger and progress display (and its start note, where they write)."""
+    def _open_outputs(self) -> tuple[Checkpointer | None, MetricsLogger, Progress]:
+        """The run's checkpointer (None on a role split's sampler processes: the learners' save the state),
+        metrics logger and progress display (and its start note, where they write)."""
         cfg, primary = self.cfg, jax.process_index() == 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        ckpt = Checkpointer(
-            CheckpointConfig(
-                str(self.run_dir / "checkpoints"),
-                keep_last=cfg.keep_checkpoints,
-                best_metric="eval/success_rate" if cfg.eval_every else None,
-            ),
-            run_config=cfg,
-            defaults=TrainConfig(),  # a field newer than the run's checkpoints resumes at its default
-            ignore_fields=RESUMABLE_FIELDS,
-        )
+        ckpt = None
+        if self.roles.learns:
+            ckpt = Checkpointer(
+                CheckpointConfig(
+                    str(self.run_dir / "checkpoints"),
+                    keep_last=cfg.keep_checkpoints,
+                    best_metric="eval/success_rate" if cfg.eval_every else None,
+                ),
+                run_config=cfg,
+                defaults=TrainConfig(),  # a field newer than the run's checkpoints resumes at its default
+                ignore_fields=RESUMABLE_FIELDS,
+                processes=self.roles.learners if self.roles.split else None,
+            )
         log, writers = cfg.log, []
         if log.wandb and primary:
             writers.append(
@@ -217,25 +277,33 @@ class Trainer(Learner):
         progress.print(self._outputs_note(bool(writers)), markup=False)
         return ckpt, logger, progress
 
-    def _resume(self, ckpt: Checkpointer, logger: MetricsLogger, progress: Progress) -> bool:
+    def _resume(self, ckpt: Checkpointer | None, logger: MetricsLogger, progress: Progress) -> bool:
         """Restore the latest checkpoint (with `cfg.resume`); whether there was one. A fresh run writes its
         config.json. Either way the logger rewinds to where the run stands: one log line per step, the warm start
-        at steps 1 - W .. 0, the initial evaluation before it at -W."""
-        restored = ckpt.restore_latest(self.state) if self.cfg.resume else None
-        if restored is None:
+        at steps 1 - W .. 0, the initial evaluation before it at -W. In a role split the learners restore the
+        state and tell the samplers the host state; the publication brings the samplers the params."""
+        roles = self.roles
+        restored = ckpt.restore_latest(self.state) if ckpt is not None and self.cfg.resume else None
+        host = None if restored is None else restored.host
+        if roles.split and jax.process_index() == roles.lead:
+            roles.send("resume", host)
+        if not roles.learns:
+            host = roles.receive("resume", [roles.lead])[0]
+        if host is None:
             logger.rewind(-self.cfg.warm_start.steps - 1)
             (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2, default=str))
             return False
-        self.state = restored.state
+        if restored is not None:
+            self.state = restored.state
         self.publish(full=True)
-        self.host = {k: restored.host[k] for k in HOST_KEYS}
+        self.host = {k: host[k] for k in HOST_KEYS}
         if self.pipeline:
             self.pipeline.restore(self.host["step"])
         logger.rewind(self.host["step"])
         progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}", markup=False)
         return True
 
-    def _warm_phase(self, ckpt: Checkpointer, logger: MetricsLogger, progress: Progress) -> dict[str, Any]:
+    def _warm_phase(self, ckpt: Checkpointer | None, logger: MetricsLogger, progress: Progress) -> dict[str, Any]:
         """The warm start, its evaluation and its checkpoint (step 0)."""
         progress.start("warm start", self.cfg.warm_start.steps)
 
@@ -249,7 +317,8 @@ class Trainer(Learner):
         if self.cfg.eval_every:
             out["warm_start_eval"] = self._evaluate(0, "after the warm start", progress)
             logger.log(0, out["warm_start_eval"])
-        ckpt.save(0, self.state, self.host, metrics=out.get("warm_start_eval"))
+        if ckpt:
+            ckpt.save(0, self.state, self.host, metrics=out.get("warm_start_eval"))
         return out
 
     def _evaluate(self, step: int, what: str, progress: Progress) -> dict[str, float]:
@@ -283,11 +352,24 @@ class Trainer(Learner):
         return "\n".join(lines)
 
 
-def params_digest(params: Any) -> str:
-    """sha256 over every parameter's bytes in tree order (equal digests: bit-identical params)."""
+def committed_steps(checkpoints: Path) -> list[int]:
+    """The steps saved under `checkpoints`, in order (orbax's committed step directories)."""
+    p = Path(checkpoints)
+    return sorted(int(d.name) for d in p.iterdir() if d.name.isdigit()) if p.is_dir() else []
+
+
+def params_digest(params: Any, mesh: Any = None) -> str:
+    """sha256 over every parameter's bytes in tree order (equal digests: bit-identical params). On several
+    processes the params are gathered to every process first: over all of them, or with `mesh` (the params'
+    own) by a program over its devices, which only its processes run (a role split's learners)."""
     import hashlib
 
-    if jax.process_count() > 1:
+    if mesh is not None and not all(x.is_fully_addressable for x in jax.tree.leaves(params)):
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        whole = jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))(params)
+        params = jax.tree.map(lambda x: x.addressable_data(0), whole)
+    elif mesh is None and jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
         params = multihost_utils.process_allgather(params, tiled=True)

@@ -33,6 +33,7 @@ step's older version may be gone after a drain or a resume), ahead of the queued
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,14 +103,13 @@ class Pipeline:
         out[step] = self.trainer.policy()
         return out
 
-    def meanwhile(self, step: int, update: Any) -> None:
-        """While the update of step `step` runs (its outputs `update` not ready yet): with split meshes the engine
-        plays on with version `step` (the steps ahead), until the update is done or nothing is left to play. On
-        one mesh the update holds the devices, so there is nothing to overlap."""
+    def meanwhile(self, step: int, update_done: Callable[[], bool]) -> None:
+        """While the update of step `step` runs (until `update_done()`): with split meshes the engine plays on
+        with version `step` (the steps ahead), until the update is done or nothing is left to play. On one mesh
+        the update holds the devices, so there is nothing to overlap."""
         if self.trainer.publisher is None:
             return
-        leaves = jax.tree.leaves(update)
-        done = lambda: not self.engine.busy or all(x.is_ready() for x in leaves)
+        done = lambda: not self.engine.busy or update_done()
         before = self.engine.stats.action_tokens
         self.engine.run(self.models(step), until=done, poll=0.01)  # envs may all be busy when the update ends
         self.during_update = self.engine.stats.action_tokens - before

@@ -36,6 +36,7 @@ from jgem.rollout.episode import Episode
 from jgem.sharding.mesh import split_meshes
 from jgem.sharding.publish import Publisher
 from jgem.sharding.rules import tree_shardings
+from jgem.train.roles import Roles
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
 RESAMPLE_SEED_OFFSET = 2_000_000_000  # nor do the seeds of dynamic sampling's extra rounds (jgem.train.dynamic)
@@ -69,13 +70,8 @@ class Run:
         self.run_dir = Path(cfg.run_dir)
         # the learner's mesh and the sampler's: the same one, or with --mesh.rollout-devices disjoint devices
         self.mesh, self.rollout_mesh = split_meshes(cfg.mesh)
-        sides = [{d.process_index for d in m.devices.flat} for m in (self.mesh, self.rollout_mesh)]
-        if sides[0] != sides[1]:
-            raise ValueError(
-                f"split meshes: the learner's devices are on processes {sorted(sides[0])}, the sampler's on "
-                f"{sorted(sides[1])}; the trainer needs every process on both sides (each trains the episodes its envs "
-                "played): use --mesh.rollout-placement per_process"
-            )
+        # which processes play and which train: all of them both, or (a role split) whole processes a side
+        self.roles = Roles(self.mesh, self.rollout_mesh)
         self.curriculum = (
             Curriculum(cfg.curriculum.horizons, cfg.curriculum.stage_steps)
             if cfg.curriculum.horizons
@@ -103,7 +99,8 @@ class Run:
         )
         # split meshes: the sampler's own copy of the policy on its devices, published after each update
         self.publisher = Publisher(self.mesh, self.rollout_mesh) if self.rollout_mesh is not self.mesh else None
-        if self.publisher is not None and self.publisher.cross_process_pairs:
+        # (a role split pairs devices of different processes by design: the sides are different hosts)
+        if self.publisher is not None and self.publisher.cross_process_pairs and not self.roles.split:
             log.warning(
                 "split meshes: %d of the publication's device pairs are on different processes (the meshes' device "
                 "orders differ by host): publications take a slower path",
@@ -112,10 +109,14 @@ class Run:
         self.sampler_params = self.sampler_model_state = None
         self._shardings: dict[str, Any] = {}
         self.publish(full=True)
-        self.pool = self._make_pool(cfg.env)
-        self.engine = RolloutEngine(
-            self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.rollout_mesh
-        )
+        # the envs and the engine live on the sampler's processes (a learner's process in a role split has none)
+        self.pool: EnvPool | None = None
+        self.engine: RolloutEngine | None = None
+        if self.roles.samples:
+            self.pool = self._make_pool(cfg.env)
+            self.engine = RolloutEngine(
+                self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.rollout_mesh
+            )
 
     def _make_pool(self, env: EnvConfig) -> EnvPool:
         """The pool of `env`'s envs, each wrapped in the run's tools and chat-view wrappers."""
@@ -190,14 +191,16 @@ class Run:
         cfg = self.cfg
         n = cfg.eval_episodes if eval else cfg.episodes_per_step
         g = 1 if eval else cfg.group_size
-        # Episodes are numbered over all processes (process p plays n of them from p * n on): ids, groups and seeds,
-        # hence the sampled tokens, are those of one process playing all of them.
-        procs, first = jax.process_count(), jax.process_index() * n
+        # Episodes are numbered over all processes (process p plays n of them from p * n on; in a role split each
+        # sampler process plays its share of them all): ids, groups and seeds, hence the sampled tokens, are those
+        # of one process playing all of them.
+        procs = jax.process_count()
+        first, count = self.roles.share(n, side="sampler")
         base = (EVAL_SEED_OFFSET if eval else 0) + cfg.seed * 7_919_000 + (0 if eval else step * n * procs)
         if round:
             base = RESAMPLE_SEED_OFFSET + cfg.seed * 7_919_000 + (step * MAX_RESAMPLE_ROUNDS + round - 1) * n * procs
         ids = round * n * procs  # the ids of a round's episodes come after those of the step's earlier rounds
-        return [EpisodeSpec(ids + i, group_id=(ids + i) // g, seed=base + i // g) for i in range(first, first + n)]
+        return [EpisodeSpec(ids + i, group_id=(ids + i) // g, seed=base + i // g) for i in range(first, first + count)]
 
     def horizon(self, step: int, *, eval: bool = False) -> int:
         """The turn limit episodes are cut at: in training the curriculum's current one; in evaluation
@@ -234,7 +237,8 @@ class Run:
         self.publish(full=True)
 
     def close(self) -> None:
-        self.pool.close()
+        if self.pool is not None:
+            self.pool.close()
 
 
 def build_models(

@@ -38,13 +38,20 @@ def warm_start(learner: Learner, log: Callable[[int, dict[str, float]], None]) -
         kl_coef=0.0,
         entropy_coef=0.0,
     )
+    roles = learner.roles
+    if not roles.learns:  # a role split's sampler process: the learners train; it logs their metrics
+        for s in range(ws.steps):
+            log(s + 1 - ws.steps, roles.receive("warm", [roles.lead])[0])
+        learner.publish()
+        return
     critic = {k: getattr(learner.state, k) for k in ("critic_params", "critic_opt_state", "critic_state")}
     learner.state = learner.state.replace(cfg=sft_cfg, **dict.fromkeys(critic))
     n, procs = ws.episodes_per_step, jax.process_count()
-    first = jax.process_index() * n
+    first, count = roles.share(n, side="learner")
     for s in range(ws.steps):
-        # numbered over all processes, as `Run.specs` numbers RL's: each process plays its own teacher games
-        specs = [EpisodeSpec(i, i, TEACHER_SEED_OFFSET + s * n * procs + i) for i in range(first, first + n)]
+        # numbered over all processes, as `Run.specs` numbers RL's: each (learner) process plays its own teacher
+        # games, which need no model
+        specs = [EpisodeSpec(i, i, TEACHER_SEED_OFFSET + s * n * procs + i) for i in range(first, first + count)]
         eps = scripted_episodes(
             cfg.env.env_id,
             specs,
@@ -58,11 +65,15 @@ def warm_start(learner: Learner, log: Callable[[int, dict[str, float]], None]) -
             system_prompt=cfg.env.system_prompt,
             wrappers=tool_wrapper(cfg.env),
         )
-        m = learner.learn(eps, sft=True)
+        m = learner.learn(eps, sft=True, publish=False)  # the sampler needs only the warm start's end
         check_finite_loss(m["loss"], s, eps, what="warm-start loss")
-        log(s + 1 - ws.steps, {"warm/step": s + 1, "warm/loss": m["loss"], **episode_metrics(eps, "warm/teacher")})
+        metrics = {"warm/step": s + 1, "warm/loss": m["loss"], **episode_metrics(eps, "warm/teacher")}
+        if roles.split and jax.process_index() == roles.lead:
+            roles.send("warm", metrics)
+        log(s + 1 - ws.steps, metrics)
     learner.state = learner.state.replace(cfg=rl_cfg, **critic)
     if ws.reset_optimizer:
         learner.state = reset_optimizer(learner.state)
     if learner.state.ref_params is not None:  # KL keeps RL near what the warm start taught
         learner.state = learner.state.replace(ref_params=jax.tree.map(jnp.copy, learner.state.params))
+    learner.publish()
