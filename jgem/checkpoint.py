@@ -212,7 +212,9 @@ class Checkpointer:
             registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
             registry.add("state", ocp.args.StandardSave, state)
             registry.add("state", ocp.args.StandardRestore, state)
-            registry.add("state", ocp.args.PyTreeRestore, ocp.handlers.PyTreeCheckpointHandler(multiprocessing_options=mp))
+            registry.add(
+                "state", ocp.args.PyTreeRestore, ocp.handlers.PyTreeCheckpointHandler(multiprocessing_options=mp)
+            )
             host = ocp.handlers.JsonCheckpointHandler(multiprocessing_options=mp)
             registry.add("host", ocp.args.JsonSave, host)
             registry.add("host", ocp.args.JsonRestore, host)

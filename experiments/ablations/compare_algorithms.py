@@ -60,9 +60,7 @@ def build_runs(
 
 def main(argv: Sequence[str] | None = None) -> None:
     own, extra = split_argv(argv)
-    ap = base_parser(
-        __doc__.splitlines()[0], "runs/ablations/algorithms", shared_warm_start=True, baseline="rebn"
-    )
+    ap = base_parser(__doc__.splitlines()[0], "runs/ablations/algorithms", shared_warm_start=True, baseline="rebn")
     ap.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), help=f"from: {' '.join(ALGORITHMS)}")
     ap.add_argument(
         "--group-size",

@@ -9,10 +9,12 @@ to need fewer turns. The default preset, tiny-gamma, warm-starts on a teacher th
 Each seed's warm start runs once, in `<out>/warm/seed<s>` (0 RL steps, exported to its `hf/`), and every gamma of
 that seed trains from that export (`--no-shared-warm-start`: each run warm-starts itself); the gammas of a seed
 then differ only in RL. `--warm-starts one` runs a single warm start (the first seed's, `<out>/warm/all-seed<s>`)
-that every run trains from, as the experiment's design does (docs/results.md). Each run lives in `<out>/gamma<g>/seed<s>` (metrics.jsonl, summary.json, checkpoints/ as
-any run). The sweep writes `<out>/results.md` (per gamma: finished runs, each metric's mean ± 95% interval over
-seeds, failed seeds; then every seed's values), `results.json` (the same with std and per-seed values) and
-`plot.png` (each final metric against gamma with every seed, and the mean `--curve-metric` curve per gamma).
+that every run trains from, as the experiment's design does (docs/results.md). Each run lives in
+`<out>/gamma<g>/seed<s>` (metrics.jsonl, summary.json, checkpoints/ as any run). The sweep writes
+`<out>/results.md` (per gamma: finished runs, each metric's mean ± 95% interval over seeds, failed seeds; each
+gamma's paired differences to `--baseline` (gamma 1); then every seed's values), `results.json` (the same with std
+and per-seed values) and `plot.png` (each final metric against gamma with every seed, and the mean `--curve-metric`
+curve per gamma).
 Re-running the same command skips finished runs and resumes the rest.
 """
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import numpy as np

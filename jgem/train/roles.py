@@ -155,4 +155,3 @@ class Roles:
         while not ready():
             time.sleep(interval)
         return got[0]
-
