@@ -150,7 +150,7 @@ def test_dry_runs_print_resolved_configs(tmp_path, capsys):
     assert len(rows) == 5
     # gamma_sweep's default preset warm-starts: seed 3's warm start, then gamma 0.7 from its (future) export
     assert rows[0]["variant"] == "warm-start" and rows[0]["run_dir"] == str(tmp_path / "warm" / "seed3")
-    assert rows[0]["config"]["steps"] == 0 and rows[0]["config"]["warm_start.steps"] == 100
+    assert rows[0]["config"]["steps"] == 0 and rows[0]["config"]["warm_start.steps"] == tiny_gamma().warm_start.steps
     assert rows[1]["config"] | {"run_dir": None} == {
         "gamma": 0.7,
         "seed": 3,
@@ -174,6 +174,15 @@ def _fake_run(run_dir: Path, rows: list[dict], summary: dict | None) -> None:
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     if summary is not None:
         (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_sweeps_runs_share_one_compilation_cache_unless_one_is_set(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    env = common.compile_cache_env(tmp_path)
+    assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / ".jax_cache")
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")
+    assert common.compile_cache_env(tmp_path)["JAX_COMPILATION_CACHE_DIR"] == "/elsewhere"
 
 
 def test_summarize_reads_summaries_and_curves(tmp_path):
@@ -206,7 +215,14 @@ def test_summarize_gives_95_percent_intervals_per_metric(tmp_path):
         rows = [{"step": 0, sr: 0.3, ts: 3.0}, {"step": 10, sr: 0.99, "rollout/turns": 5.0}]
         _fake_run(r.run_dir, rows, None if final is None else {"steps": 10, "final_eval": final})
     out = common.summarize(
-        runs, tmp_path, "gamma", numeric_x=True, metrics=[sr, ts], steps=10, curve_metric="rollout/turns"
+        runs,
+        tmp_path,
+        "gamma",
+        numeric_x=True,
+        metrics=[sr, ts],
+        steps=10,
+        curve_metric="rollout/turns",
+        baseline="0.5",
     )
     a, b = (r["metrics"] for r in out)
     assert a[sr]["mean"] == pytest.approx(0.7) and a[sr]["std"] == pytest.approx(0.2) and a[sr]["n"] == 3
@@ -226,6 +242,15 @@ def test_summarize_gives_95_percent_intervals_per_metric(tmp_path):
     assert "| 1 | 2 | 0.300 ± 3.812 | 7.000 (n=1) | 2 |" in table
     assert "| 1 | 0 | 0.000 | - |" in table and "| 1 | 2 |" not in table.split("Per seed")[1]
     assert "0.990" not in table
+    # paired with the baseline (gamma 0.5) on the seeds both finished: 0.0 - 0.5 and 0.6 - 0.7; turns_success on
+    # seed 1 only (seed 0 of gamma 1 has none): a difference without an interval
+    d = out[1]["paired"]
+    assert "paired" not in out[0] and d[sr]["seeds"] == [0, 1] and d[sr]["mean"] == pytest.approx(-0.3)
+    assert d[sr]["half_width"] == pytest.approx(12.706 * 0.08**0.5 / 2**0.5)
+    assert d[ts]["seeds"] == [1] and d[ts]["mean"] == pytest.approx(2.0) and d[ts]["ci95"] is None
+    hw = 12.706 * 0.08**0.5 / 2**0.5
+    assert f"| 1 | 2 | -0.300 [{-0.3 - hw:+.3f}, {-0.3 + hw:+.3f}] | +2.000 |" in table.split("Paired by seed")[1]
+    assert saved["baseline"] == "0.5" and saved["variants"][1]["paired"][sr]["seeds"] == [0, 1]
     # past 30 degrees of freedom the normal quantile
     assert common.interval([0.0, 1.0] * 20)["half_width"] == pytest.approx(
         1.96 * common.interval([0.0, 1.0] * 20)["std"] / 40**0.5
@@ -435,7 +460,7 @@ SMOKE_RUN += ["--import", "tests.learner_micro_preset"]
 @pytest.mark.parametrize(
     "sweep, arms, variants",
     [
-        ("gamma_sweep", ["--gammas", "0.5", "1.0"], ["0.5", "1"]),
+        ("gamma_sweep", ["--gammas", "0.5", "1.0", "--warm-starts", "one"], ["0.5", "1"]),
         ("compare_algorithms", ["--algorithms", "rebn", "grpo", "--group-size", "2"], ["rebn", "grpo"]),
     ],
 )
@@ -451,18 +476,21 @@ def test_each_sweep_preset_runs_end_to_end_with_one_step_per_run(tmp_path, sweep
     done = subprocess.run([*cmd, *SMOKE_RUN], cwd=ROOT, env=env, capture_output=True, text=True)
     logs = "".join(p.read_text()[-2000:] for p in tmp_path.glob("*/seed0/sweep.log"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + logs
-    assert (tmp_path / "warm" / "seed0" / "hf" / "config.json").is_file()
+    warm = tmp_path / "warm" / ("all-seed0" if sweep == "gamma_sweep" else "seed0")  # one warm start, or per seed
+    assert (warm / "hf" / "config.json").is_file()
     results = json.loads((tmp_path / "results.json").read_text())
     assert [(v["variant"], v["runs"], v["failed"]) for v in results["variants"]] == [(a, 1, []) for a in variants]
     for a in variants:
         cfg = json.loads(
             (tmp_path / (f"gamma{a}" if sweep == "gamma_sweep" else a) / "seed0" / "config.json").read_text()
         )
-        assert cfg["model"]["path"] == str(tmp_path / "warm" / "seed0" / "hf") and cfg["warm_start"]["steps"] == 0
+        assert cfg["model"]["path"] == str(warm / "hf") and cfg["warm_start"]["steps"] == 0
         # no evaluation before training (the warm start's run made it), one after the last step
         evals = [r["step"] for r in read_jsonl(tmp_path / cfg["run_dir"] / "metrics.jsonl") if "eval/turns" in r]
         assert evals == [1]
     assert "| 1 | " in (tmp_path / "results.md").read_text()
+    other = variants[0] if sweep == "gamma_sweep" else variants[1]  # compared with the baseline: gamma 1, rebn
+    assert f"| {other} | 1 | " in (tmp_path / "results.md").read_text().split("Paired by seed")[1]
 
 
 def test_gamma_advantages_are_rebns_first_turn_advantages_per_batch():
