@@ -218,16 +218,20 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from jgem.checkpoint import ConfigMismatchError, CorruptCheckpointError
     from jgem.config import ConfigError
+    from jgem.sharding.mesh import exit_at_once_on_error
     from jgem.train import train
 
-    try:
-        train(cfg)  # Trainer's first act is validate(cfg): a ConfigError comes before anything is built
-    except ConfigError as e:
-        fail(e.render())  # the message alone, with flag names
-    except ConfigMismatchError as e:
-        fail(mismatch_message(e, cfg))
-    except CorruptCheckpointError as e:
-        fail(str(e))
+    # several processes: an unexpected error ends this one at once (its peers then stop); the errors below exit
+    # with their message (every process meets them alike)
+    with exit_at_once_on_error():
+        try:
+            train(cfg)  # Trainer's first act is validate(cfg): a ConfigError comes before anything is built
+        except ConfigError as e:
+            fail(e.render())  # the message alone, with flag names
+        except ConfigMismatchError as e:
+            fail(mismatch_message(e, cfg))
+        except CorruptCheckpointError as e:
+            fail(str(e))
 
 
 if __name__ == "__main__":

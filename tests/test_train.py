@@ -507,6 +507,32 @@ def test_a_learner_killed_in_a_role_split_stops_every_process_and_the_run_resume
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
+@pytest.mark.xdist_group("role-split")
+def test_an_error_on_one_side_of_a_role_split_stops_every_process_naming_it(tmp_path):
+    """A learner process raises in its second update (the first is the warm start's): it posts its error and
+    exits at once (`exit_at_once_on_error`, as experiments/train.py runs). The samplers, waiting for that update's
+    metrics, raise the error naming the process; the other learner, blocked in the update's collective with it,
+    is stopped by the coordinator's heartbeat (5 s here). Without either, every process waited for messages that
+    would not come, then minutes in jax's shutdown barrier."""
+    args = {**ROLE_SPLIT, "run_dir": str(tmp_path / "run"), "fail_in_learn": [3, 2]}
+    procs = _two_processes(args, heartbeat=5, processes=4)
+    t = time.time()
+    logs = []
+    try:
+        logs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(p.returncode != 0 for p in procs) and time.time() - t < 120
+    assert "injected failure in learn call 2" in logs[3]
+    for i in (0, 1):
+        assert "the run stopped because process 3 failed: RuntimeError: injected failure" in logs[i], logs[i][-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
 @pytest.mark.xdist_group("two-process-split")
 def test_a_process_killed_mid_publication_stops_the_run_and_it_resumes_exactly(tmp_path, split_run):
     """2 processes on split meshes: process 1 dies (SIGKILL) with a publication's permute in flight, after the

@@ -89,6 +89,25 @@ def _die_in_publication(process: int, nth: int) -> None:
     Publisher._program = dying
 
 
+def _fail_in_learn(process: int, call: int) -> None:
+    """Process `process` raises in its `call`-th `Learner.learn` (1-based): a role split's error path."""
+    import jax
+
+    from jgem.train.learn import Learner
+
+    if jax.process_index() != process:
+        return
+    learn, calls = Learner.learn, [0]
+
+    def failing(self, *args, **kwargs):
+        calls[0] += 1
+        if calls[0] == call:
+            raise RuntimeError(f"injected failure in learn call {call}")
+        return learn(self, *args, **kwargs)
+
+    Learner.learn = failing
+
+
 def main() -> None:
     """argv[1]: JSON of small_config kwargs (with "run_dir"); runs the trainer and prints the summary. SIGUSR1
     prints every thread's stack (a multi-process test that hangs: `kill -USR1 <pid>`)."""
@@ -106,10 +125,14 @@ def main() -> None:
     probe = kwargs.pop("param_probe", False)
     if (kill := kwargs.pop("kill_in_publication", None)) is not None:
         _die_in_publication(*kill)
+    if (fail := kwargs.pop("fail_in_learn", None)) is not None:
+        _fail_in_learn(*fail)
+    from jgem.sharding.mesh import exit_at_once_on_error
     from jgem.train import Trainer
 
-    trainer = Trainer(small_config(**kwargs))
-    summary = trainer.run()
+    with exit_at_once_on_error():  # as experiments/train.py: an error ends a process of several at once
+        trainer = Trainer(small_config(**kwargs))
+        summary = trainer.run()
     if probe:  # the first values of every parameter, gathered to every process (tiny models only)
         import jax
         import numpy as np

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
+import traceback
 
 import jax
 import numpy as np
@@ -71,6 +74,23 @@ def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> 
     sampler = [d for ds in by_process.values() for d in ds[:k]]
     learner = [d for ds in by_process.values() for d in ds[k:]]
     return make_mesh(cfg, learner, any_devices=True), make_mesh(cfg.rollout(), sampler, any_devices=True)
+
+
+@contextlib.contextmanager
+def exit_at_once_on_error():
+    """Around a multi-process program's work: an error (not a SystemExit) prints its traceback and ends this
+    process at once (`os._exit(1)`). Its peers may be blocked in a collective with it, which no message reaches;
+    the coordinator's heartbeat (`JGEM_HEARTBEAT_TIMEOUT`) stops them once this process is gone, where a normal
+    exit would hold every process in jax's shutdown barrier for minutes. One process: a normal raise."""
+    try:
+        yield
+    except (Exception, KeyboardInterrupt):
+        if jax.process_count() == 1:
+            raise
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def process_max(values, mesh: Mesh | None = None) -> list[int]:

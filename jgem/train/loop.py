@@ -108,6 +108,10 @@ class Trainer(Learner):
                 title = f"{cfg.algorithm} on {cfg.env.env_id}"
                 curves = plot_curves(logger.jsonl_path, self.run_dir / "curves.png", curve_keys(cfg), title=title)
                 summary["plot"] = str(curves)
+        except BaseException as e:
+            if self.roles.split:  # the other side waits for this process's messages: tell it why none will come
+                self.roles.abort(f"{type(e).__name__}: {str(e)[:500]}")
+            raise
         finally:
             progress.stop()
             if ckpt:

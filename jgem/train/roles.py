@@ -18,11 +18,14 @@ key-value store (`jax.distributed`'s, which every multi-controller run has):
   has written its pipeline file for a checkpoint (the learners save only then).
 
 Weights never go this way: they move device to device. A process that dies stops the others through the
-coordinator's heartbeat (`JGEM_HEARTBEAT_TIMEOUT`), as in any multi-process run.
+coordinator's heartbeat (`JGEM_HEARTBEAT_TIMEOUT`), as in any multi-process run. A process that fails with an
+error posts it (`abort`) before it exits, and every other process waiting for a message raises it, naming the
+process, instead of waiting for messages that will not come.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import time
@@ -91,6 +94,18 @@ class Roles:
                 raise RuntimeError("a role split needs jax.distributed (jgem.sharding.mesh.initialize) first")
         return self._client
 
+    def abort(self, error: str) -> None:
+        """Tell every other process that this one failed with `error` (their waits raise it)."""
+        with contextlib.suppress(Exception):  # another process posted first: its error is the one to report
+            self.client.key_value_set(f"{PREFIX}/abort", f"process {jax.process_index()} failed: {error}")
+
+    def _check_abort(self) -> None:
+        try:
+            why = self.client.key_value_try_get(f"{PREFIX}/abort")
+        except Exception:  # none posted
+            return
+        raise RuntimeError(f"role split: the run stopped because {why}")
+
     def _key(self, channel: str, seq: int, source: int) -> str:
         return f"{PREFIX}/{channel}/{seq}/{source}"
 
@@ -117,14 +132,19 @@ class Roles:
         out = []
         for src in sources:
             key = self._key(channel, seq, src)
-            try:
-                n = int(self.client.blocking_key_value_get(f"{key}/n", ms))
-                data = b"".join(self.client.blocking_key_value_get_bytes(f"{key}/{i}", ms) for i in range(n))
-            except Exception as e:  # the coordinator's deadline: the other side never sent it
-                raise TimeoutError(
-                    f"role split: no {channel!r} message {seq} from process {src} within {TIMEOUT_S:.0f} s "
-                    "(JGEM_ROLES_TIMEOUT); is that process alive?"
-                ) from e
+            deadline = time.monotonic() + TIMEOUT_S
+            while True:  # in 1 s waits, between which a failed process's error is looked for
+                try:
+                    n = int(self.client.blocking_key_value_get(f"{key}/n", 1000))
+                    break
+                except Exception as e:  # not there yet
+                    self._check_abort()
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"role split: no {channel!r} message {seq} from process {src} within {TIMEOUT_S:.0f} s "
+                            "(JGEM_ROLES_TIMEOUT); is that process alive?"
+                        ) from e
+            data = b"".join(self.client.blocking_key_value_get_bytes(f"{key}/{i}", ms) for i in range(n))
             out.append(pickle.loads(data))
         return out
 
@@ -142,12 +162,16 @@ class Roles:
         """The next message on `channel` from `source`; until it arrives, `meanwhile(ready)` (when given) may work,
         with `ready()` telling it whether the message is there."""
         got: list[Any] = []
+        checked = [time.monotonic()]
 
         def ready() -> bool:
             if not got:
                 m = self.poll(channel, source)
                 if m is not None:
                     got.append(m)
+                elif time.monotonic() - checked[0] > 1.0:  # a failed process's error, once a second
+                    self._check_abort()
+                    checked[0] = time.monotonic()
             return bool(got)
 
         if meanwhile is not None:
