@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import numpy as np
 import pytest
 
@@ -16,6 +17,7 @@ from jgem.rollout.engine import RolloutStats
 from jgem.rollout.episode import Episode, Transition
 from jgem.train import Trainer
 from jgem.train.dynamic import GroupFilter, dynamic_sample, episode_return, has_signal
+from jgem.train.roles import Roles
 from jgem.train.run import Run
 from tests.train_utils import small_config
 
@@ -60,6 +62,8 @@ class _FakeRun:
     def __init__(self, cfg, table):
         self.cfg, self.table, self.rounds = cfg, table, []
         self.engine = type("E", (), {"stats": RolloutStats()})()
+        mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
+        self.roles = Roles(mesh, mesh)  # one process on both sides: `specs` numbers as a plain run
 
     specs = Run.specs
 

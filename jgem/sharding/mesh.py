@@ -113,8 +113,14 @@ def process_max(values, mesh: Mesh | None = None) -> list[int]:
         raise OverflowError(f"process_max takes int32 values, got {v.min()}..{v.max()}")
     mine = [jax.device_put(v.astype(np.int32), d) for d in devices if d.process_index == jax.process_index()]
     arr = jax.make_array_from_single_device_arrays((len(devices), v.shape[1]), NamedSharding(line, P("p")), mine)
-    out = _gathered(line)(arr)
-    return [int(x) for x in np.asarray(out.addressable_data(0)).max(axis=0)]
+    try:
+        out = np.asarray(_gathered(line)(arr).addressable_data(0))
+    except (jax.errors.JaxRuntimeError, ValueError) as e:  # gloo reports a lost peer as a ValueError
+        raise RuntimeError(
+            f"the processes' agreement (process_max) failed ({str(e).splitlines()[0][:300]}): a process of the run "
+            "has probably died; the run stops here, resume it from its last checkpoint"
+        ) from e
+    return [int(x) for x in out.max(axis=0)]
 
 
 _GATHER: dict = {}

@@ -101,7 +101,9 @@ class Trainer(Learner):
             progress.stop()
             if ckpt:
                 ckpt.wait()
-            last_checkpoint = (committed_steps(self.run_dir / "checkpoints") or [None])[-1]
+                last_checkpoint = ckpt.latest_step()
+            else:  # a role split's sampler process: the learners' checkpoints, as they stand on disk
+                last_checkpoint = (committed_steps(self.run_dir / "checkpoints") or [None])[-1]
             summary |= {"final_eval": last_eval, "params_sha256": self._digest(), "steps": cfg.steps}
             logger.close()
             if cfg.plot and jax.process_index() == 0 and cfg.steps:
