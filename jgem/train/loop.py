@@ -366,22 +366,28 @@ def committed_steps(checkpoints: Path) -> list[int]:
 
 def params_digest(params: Any, mesh: Any = None) -> str:
     """sha256 over every parameter's bytes in tree order (equal digests: bit-identical params). On several
-    processes the params are gathered to every process first: over all of them, or with `mesh` (the params'
-    own) by a program over its devices, which only its processes run (a role split's learners)."""
+    processes each array is gathered to every process first, one array at a time (a model's whole params
+    replicated on every chip would not fit a pod's: an 8B model is 32 GB in float32): over all processes, or with
+    `mesh` (the params' own) by a program over its devices, which only its processes run (a role split's
+    learners)."""
     import hashlib
 
-    if mesh is not None and not all(x.is_fully_addressable for x in jax.tree.leaves(params)):
-        from jax.sharding import NamedSharding, PartitionSpec
+    def whole(x: jax.Array) -> np.ndarray:
+        if x.is_fully_addressable:
+            return np.asarray(jax.device_get(x))
+        if mesh is not None:
+            from jax.sharding import NamedSharding, PartitionSpec
 
-        whole = jax.jit(lambda t: t, out_shardings=NamedSharding(mesh, PartitionSpec()))(params)
-        params = jax.tree.map(lambda x: x.addressable_data(0), whole)
-    elif mesh is None and jax.process_count() > 1:
+            return np.asarray(
+                jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, PartitionSpec()))(x).addressable_data(0)
+            )
         from jax.experimental import multihost_utils
 
-        params = multihost_utils.process_allgather(params, tiled=True)
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
     h = hashlib.sha256()
-    for leaf in jax.tree.leaves(jax.device_get(params)):
-        h.update(np.ascontiguousarray(leaf).tobytes())
+    for leaf in jax.tree.leaves(params):
+        h.update(np.ascontiguousarray(whole(leaf) if isinstance(leaf, jax.Array) else np.asarray(leaf)).tobytes())
     return h.hexdigest()
 
 
