@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import sys
+import time
 import traceback
 
 import jax
@@ -81,7 +82,9 @@ def exit_at_once_on_error():
     """Around a multi-process program's work: an error (not a SystemExit) prints its traceback and ends this
     process at once (`os._exit(1)`). Its peers may be blocked in a collective with it, which no message reaches;
     the coordinator's heartbeat (`JGEM_HEARTBEAT_TIMEOUT`) stops them once this process is gone, where a normal
-    exit would hold every process in jax's shutdown barrier for minutes. One process: a normal raise."""
+    exit would hold every process in jax's shutdown barrier for minutes. Process 0 hosts the coordinator: it
+    stays up `EXIT_GRACE_S` first, so that the others can still read an error posted there (`jgem.train.roles`)
+    and leave with it. One process: a normal raise."""
     try:
         yield
     except (Exception, KeyboardInterrupt):
@@ -90,7 +93,12 @@ def exit_at_once_on_error():
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()
+        if jax.process_index() == 0:
+            time.sleep(EXIT_GRACE_S)
         os._exit(1)
+
+
+EXIT_GRACE_S = 10.0  # process 0's wait before it ends on an error (the others poll for errors once a second)
 
 
 def process_max(values, mesh: Mesh | None = None) -> list[int]:
