@@ -152,6 +152,13 @@ def config_diff(
     return [f"{k}: checkpoint={a!r} now={b!r}" for k, a, b in differing_fields(saved, current, ignore, defaults)]
 
 
+def committed_steps(checkpoints: str | Path) -> list[int]:
+    """The steps saved under `checkpoints` as they stand on disk, in order (orbax's step directories; a save still
+    being written has a temporary name), without an orbax manager: for a process that does not save."""
+    p = Path(checkpoints)
+    return sorted(int(d.name) for d in p.iterdir() if d.name.isdigit()) if p.is_dir() else []
+
+
 class Checkpointer:
     """Saves and restores (device state, host state) under `config.directory`.
 

@@ -21,6 +21,7 @@ import pytest
 
 from jgem.algos.algorithms import ALGORITHMS
 from jgem.algos.learner import _opt_count
+from jgem.checkpoint import committed_steps
 from jgem.config import EnvConfig, WarmStartConfig
 from jgem.metrics import read_jsonl
 from jgem.registry import register
@@ -306,6 +307,15 @@ def _straight_two_process_run(tmp_path_factory, name: str, args: dict) -> tuple[
     return run_dir, _summaries(_two_processes({**args, "run_dir": str(run_dir)}, devices=2))
 
 
+def _wait_for_checkpoint(procs: list[subprocess.Popen], ckpts: Path, step: int, timeout: float) -> None:
+    """Until checkpoint `step` or a later one is in `ckpts` (every process still running)."""
+    deadline = time.time() + timeout
+    while not any(s >= step for s in committed_steps(ckpts)):
+        assert all(p.poll() is None for p in procs), f"a process ended before checkpoint {step}"
+        assert time.time() < deadline, f"no checkpoint {step} in time"
+        time.sleep(0.02)
+
+
 def _trained_alike(rows: list[dict], ref_rows: list[dict], summary: dict, ref: dict) -> None:
     """A 2-process run's step losses and probed params against a 1-process run's, up to the order of float sums."""
     for a, b in zip(rows, ref_rows, strict=True):
@@ -357,12 +367,8 @@ def test_two_processes_warm_start_checkpoint_and_resume_after_sigkill_exactly(tm
     procs = _two_processes(args, devices=2)
     ckpts = run_b / "checkpoints"
     target = random.randint(0, 2)  # the warm start's checkpoint, or an RL step's before the last
-    deadline = time.time() + 900
     try:
-        while not (ckpts.is_dir() and any(c.name.isdigit() and int(c.name) >= target for c in ckpts.iterdir())):
-            assert all(p.poll() is None for p in procs), f"a process ended before checkpoint {target}"
-            assert time.time() < deadline, f"no checkpoint {target} in time"
-            time.sleep(0.02)
+        _wait_for_checkpoint(procs, ckpts, target, timeout=900)
     finally:
         for p in procs:
             p.send_signal(signal.SIGKILL)
@@ -481,14 +487,9 @@ def test_a_learner_killed_in_a_role_split_stops_every_process_and_the_run_resume
     run_b = tmp_path / "b"
     args = {**ROLE_SPLIT, "run_dir": str(run_b)}
     procs = _two_processes(args, heartbeat=5, processes=4)
-    ckpts = run_b / "checkpoints"
     target = random.randint(0, 2)
-    deadline = time.time() + 600
     try:
-        while not (ckpts.is_dir() and any(c.name.isdigit() and int(c.name) >= target for c in ckpts.iterdir())):
-            assert all(p.poll() is None for p in procs), f"a process ended before checkpoint {target}"
-            assert time.time() < deadline, f"no checkpoint {target} in time"
-            time.sleep(0.02)
+        _wait_for_checkpoint(procs, run_b / "checkpoints", target, timeout=600)
         procs[2].send_signal(signal.SIGKILL)
         logs = [p.communicate(timeout=300)[0] for p in procs]
     finally:

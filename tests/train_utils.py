@@ -138,12 +138,13 @@ def main() -> None:
         import numpy as np
         from jax.experimental import multihost_utils
 
+        from jgem.sharding.mesh import replicated
+
         params = trainer.state.params
         if trainer.roles.split:  # each side its own copy (the samplers': their last publication), gathered on it
             mesh = trainer.mesh if trainer.roles.learns else trainer.rollout_mesh
             params = trainer.state.params if trainer.roles.learns else trainer.sampler_params
-            whole = jax.jit(lambda t: t, out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-            params = jax.tree.map(lambda x: x.addressable_data(0), whole(params))
+            params = jax.tree.map(lambda x: x.addressable_data(0), replicated(mesh)(params))
         elif jax.process_count() > 1:
             params = multihost_utils.process_allgather(params, tiled=True)
         summary["param_probe"] = [np.asarray(x).ravel()[:16].tolist() for x in jax.tree.leaves(params)]

@@ -77,6 +77,9 @@ def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> 
     return make_mesh(cfg, learner, any_devices=True), make_mesh(cfg.rollout(), sampler, any_devices=True)
 
 
+EXIT_GRACE_S = 10.0  # process 0's wait before it ends on an error (the others poll for errors once a second)
+
+
 @contextlib.contextmanager
 def exit_at_once_on_error():
     """Around a multi-process program's work: an error (not a SystemExit) prints its traceback and ends this
@@ -96,9 +99,6 @@ def exit_at_once_on_error():
         if jax.process_index() == 0:
             time.sleep(EXIT_GRACE_S)
         os._exit(1)
-
-
-EXIT_GRACE_S = 10.0  # process 0's wait before it ends on an error (the others poll for errors once a second)
 
 
 def process_max(values, mesh: Mesh | None = None) -> list[int]:
@@ -122,7 +122,7 @@ def process_max(values, mesh: Mesh | None = None) -> list[int]:
     mine = [jax.device_put(v.astype(np.int32), d) for d in devices if d.process_index == jax.process_index()]
     arr = jax.make_array_from_single_device_arrays((len(devices), v.shape[1]), NamedSharding(line, P("p")), mine)
     try:
-        out = np.asarray(_gathered(line)(arr).addressable_data(0))
+        out = np.asarray(replicated(line)(arr).addressable_data(0))
     except (jax.errors.JaxRuntimeError, ValueError) as e:  # gloo reports a lost peer as a ValueError
         raise RuntimeError(
             f"the processes' agreement (process_max) failed ({str(e).splitlines()[0][:300]}): a process of the run "
@@ -131,14 +131,15 @@ def process_max(values, mesh: Mesh | None = None) -> list[int]:
     return [int(x) for x in out.max(axis=0)]
 
 
-_GATHER: dict = {}
+_REPLICATED: dict = {}
 
 
-def _gathered(line: Mesh):
-    """A program that replicates a [devices, n] array on every device of `line`, per mesh."""
-    if line not in _GATHER:
-        _GATHER[line] = jax.jit(lambda a: a, out_shardings=NamedSharding(line, P()))
-    return _GATHER[line]
+def replicated(mesh: Mesh):
+    """A program that copies an array (or a tree of them) whole onto every device of `mesh`, one per mesh; only
+    the processes of `mesh` run it."""
+    if mesh not in _REPLICATED:
+        _REPLICATED[mesh] = jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, P()))
+    return _REPLICATED[mesh]
 
 
 def batch_axis_size(mesh: Mesh) -> int:

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
 from jgem.algos.step import train_step
-from jgem.checkpoint import CheckpointConfig, Checkpointer
+from jgem.checkpoint import CheckpointConfig, Checkpointer, committed_steps
 from jgem.config import TrainConfig
 from jgem.metrics import MetricsLogger, WandbWriter, plot_curves
+from jgem.sharding.mesh import replicated
 from jgem.train.dynamic import dynamic_sample
 from jgem.train.evaluate import episode_metrics, eval_metrics
 from jgem.train.learn import Learner, check_finite_loss
@@ -358,12 +358,6 @@ class Trainer(Learner):
         return "\n".join(lines)
 
 
-def committed_steps(checkpoints: Path) -> list[int]:
-    """The steps saved under `checkpoints`, in order (orbax's committed step directories)."""
-    p = Path(checkpoints)
-    return sorted(int(d.name) for d in p.iterdir() if d.name.isdigit()) if p.is_dir() else []
-
-
 def params_digest(params: Any, mesh: Any = None) -> str:
     """sha256 over every parameter's bytes in tree order (equal digests: bit-identical params). On several
     processes each array is gathered to every process first, one array at a time (a model's whole params
@@ -376,11 +370,7 @@ def params_digest(params: Any, mesh: Any = None) -> str:
         if x.is_fully_addressable:
             return np.asarray(jax.device_get(x))
         if mesh is not None:
-            from jax.sharding import NamedSharding, PartitionSpec
-
-            return np.asarray(
-                jax.jit(lambda a: a, out_shardings=NamedSharding(mesh, PartitionSpec()))(x).addressable_data(0)
-            )
+            return np.asarray(replicated(mesh)(x).addressable_data(0))
         from jax.experimental import multihost_utils
 
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jgem.checkpoint import committed_steps
 from jgem.rollout.engine import RolloutStats
 from jgem.rollout.episode import Episode
 from jgem.sharding.mesh import process_max
@@ -164,7 +165,7 @@ class Pipeline:
     def prune(self, checkpoints: Path) -> None:
         """Remove the files of steps before the oldest checkpoint committed in `checkpoints` (no resume can use
         them; a checkpoint still being written keeps the files of those before it)."""
-        committed = [int(p.name) for p in Path(checkpoints).iterdir() if p.name.isdigit()]
+        committed = committed_steps(checkpoints)
         for old in self.path(0).parent.glob(f"step-*.process-{jax.process_index()}.pkl"):
             if committed and int(old.name.split(".")[0].split("-")[1]) < min(committed):
                 old.unlink(missing_ok=True)
