@@ -461,13 +461,17 @@ SMOKE_RUN += ["--import", "tests.learner_micro_preset"]
     "sweep, arms, variants",
     [
         ("gamma_sweep", ["--gammas", "0.5", "1.0", "--warm-starts", "one"], ["0.5", "1"]),
-        ("compare_algorithms", ["--algorithms", "rebn", "grpo", "--group-size", "2"], ["rebn", "grpo"]),
+        (
+            "compare_algorithms",
+            ["--preset", "tiny-mastermind", "--algorithms", "rebn", "grpo", "--group-size", "2"],
+            ["rebn", "grpo"],
+        ),
     ],
 )
 def test_each_sweep_preset_runs_end_to_end_with_one_step_per_run(tmp_path, sweep, arms, variants):
-    """Each sweep as a researcher runs it (its default preset: tiny-gamma for the gamma sweep, tiny for the
-    algorithms), cut to 1 step per run, 2 arms and 1 seed: the shared warm start trains and exports, both arms
-    train from it, and the table lists both arms with one finished run each."""
+    """Each sweep as a researcher runs it (its presets: tiny-gamma for the gamma sweep, whose default it is, and
+    tiny-mastermind for the algorithms' second game), cut to 1 step per run, 2 arms and 1 seed: the shared warm
+    start trains and exports, both arms train from it, and the table lists both arms with one finished run each."""
     from jgem.metrics import read_jsonl
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1)}
