@@ -115,16 +115,16 @@ def token_limit(seed: int, spec: EpisodeSpec, turn: int) -> int:
 
 
 def pipeline_config(mode: str, stale_kv: str) -> PipelineConfig:
-    """'sync', 'off_policy:K' or 'async:N' (each optionally '@R': split meshes, R sampler devices) as a
+    """'sync', 'off_policy:K', 'async:N' or 'stream:N' (each optionally '@R': split meshes, R sampler devices) as a
     `PipelineConfig`."""
     name, _, k = mode.partition("@")[0].partition(":")
     if name == "sync":
         return PipelineConfig("sync")
     if name == "off_policy":
         return PipelineConfig("off_policy", lag=int(k or 1))
-    if name == "async":
-        return PipelineConfig("async", max_staleness=int(k or 1), stale_kv=stale_kv)
-    raise SystemExit(f"unknown mode {mode!r}; use sync, off_policy:K or async:N")
+    if name in ("async", "stream"):
+        return PipelineConfig(name, max_staleness=int(k or 1), stale_kv=stale_kv)
+    raise SystemExit(f"unknown mode {mode!r}; use sync, off_policy:K, async:N or stream:N")
 
 
 class BenchTrainer(Trainer):
@@ -397,7 +397,7 @@ def finish_rows(rows: list[dict[str, Any]], alone: dict[str, Any]) -> None:
         if base:
             r["ratio_steps_per_s"] = round(r["steps_per_s"] / base["steps_per_s"], 3)
             r["ratio_tokens_per_s"] = round(r["tokens_per_s"] / base["tokens_per_s"], 3)
-        if r["workload"] == "b" and r["mode"].startswith("async"):
+        if r["workload"] == "b" and r["mode"].startswith(("async", "stream")):
             r["goals"] = {"steps_per_s_ge_3x_sync": r.get("ratio_steps_per_s", 0) >= 3.0}
             r["goals"]["pipeline_efficiency_ge_0.9"] = r["pipeline_efficiency"] >= 0.9
 
@@ -443,7 +443,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", nargs="+", default=["a", "b"], choices=sorted(WORKLOADS))
-    ap.add_argument("--modes", nargs="+", default=list(MODES), help="sync, off_policy:K, async:N")
+    ap.add_argument("--modes", nargs="+", default=list(MODES), help="sync, off_policy:K, async:N, stream:N")
     ap.add_argument("--steps", type=int, default=10, help="timed steps")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation)")
     ap.add_argument("--episodes", type=int, default=32, help="episodes per step")

@@ -166,6 +166,9 @@ class WarmStartConfig:
     """RL starts with fresh AdamW moments (not the supervised phase's)"""
 
 
+PIPELINE_MODES = ("sync", "off_policy", "async", "stream")
+
+
 @dataclass(frozen=True)
 class PipelineConfig:
     """How sampling and training take turns (jgem/train/pipeline.py, docs/architecture.md "The pipeline")."""
@@ -174,12 +177,14 @@ class PipelineConfig:
     """sync: each step plays its episodes to the end, then trains (nothing in flight between steps);
     off_policy: step s trains on episodes sampled by policy version max(0, s - lag), exactly (deterministic);
     async: episodes of up to max_staleness steps ahead play while the learner trains, and take each new policy
-    as soon as it is published (partial rollouts)"""
+    as soon as it is published (partial rollouts); stream: as async, but each step trains whichever whole groups
+    finished first (a step never waits for its slowest episode; the tokens' staleness is logged, not bounded)"""
     lag: int = 1
     """off_policy: K, the policy version that samples step s's episodes is s - K (0: the same as sync)"""
     max_staleness: int = 1
     """async: N, an episode of step s starts once the learner is at version s - N, so no trained token is
-    more than N updates older than the policy it trains (0: the same as sync)"""
+    more than N updates older than the policy it trains (0: the same as sync); stream: the same admission (AReaL's
+    bound on the steps played ahead), but a slow episode trains when it finishes, however stale by then"""
     stale_kv: str = "keep"
     """async, on publication: keep the keys and values an in-flight episode computed under the old policy, or
     recompute them (prefill its stream again under the new one)"""
@@ -491,8 +496,8 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     if algorithm is not None and algorithm.grouped and cfg.group_size < 2:
         errors.append(f"{cfg.algorithm} normalises within groups of rollouts; set {f('group_size')} >= 2 (e.g. 8)")
     pipe = cfg.pipeline
-    if pipe.mode not in ("sync", "off_policy", "async"):
-        errors.append(f"{f('pipeline.mode')} is {pipe.mode!r}; choose sync, off_policy or async")
+    if pipe.mode not in PIPELINE_MODES:
+        errors.append(f"{f('pipeline.mode')} is {pipe.mode!r}; choose {', '.join(PIPELINE_MODES)}")
     for name in ("lag", "max_staleness"):
         value = getattr(pipe, name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:

@@ -17,11 +17,14 @@ from jgem.models.head import token_logprobs
 from jgem.registry import register
 from jgem.rollout.config import RolloutConfig
 from jgem.train.loop import Trainer
-from tests.rollout.envs import StopEnv, TalkEnv
+from jgem.train.pipeline import group_stride
+from tests.rollout import envs
+from tests.rollout.envs import GatedTalkEnv, StopEnv, TalkEnv
 from tests.train_utils import small_config
 
 register("test:talk", TalkEnv, overwrite=True)  # 2-5 turns whatever is said; returns differ by seed (a gradient)
 register("test:stop", StopEnv, overwrite=True)  # one turn, reward 1 for ending the answer
+register("test:gated", GatedTalkEnv, overwrite=True)  # TalkEnv whose seed-0 episodes wait for envs.GATE
 
 
 def config(tmp_path, name: str, mode: str = "sync", k: int = 0, **overrides):
@@ -36,7 +39,7 @@ def config(tmp_path, name: str, mode: str = "sync", k: int = 0, **overrides):
 
 
 class Recording(Trainer):
-    """A trainer that records what each step trained on: per episode, (id, action tokens, token versions)."""
+    """A trainer that records what each step trained on: per episode, (id, action tokens, token versions, group)."""
 
     def __init__(self, cfg) -> None:
         super().__init__(cfg)
@@ -44,8 +47,12 @@ class Recording(Trainer):
 
     def learn(self, episodes, *, sft: bool = False, **kw):
         if not sft:
-            self.trained.append([(e.episode_id, *_actions(e)) for e in episodes])
+            self.trained.append([(e.episode_id, *_actions(e), e.group_id) for e in episodes])
         return super().learn(episodes, sft=sft, **kw)
+
+
+def _group_ids(batch) -> list[int]:
+    return [g for *_, g in batch]
 
 
 def _actions(e) -> tuple[list[int], list[int]]:
@@ -63,10 +70,11 @@ def sync_run(tmp_path_factory):
 
 
 @pytest.mark.xdist_group("pipeline-runs")  # one sync_run (and lag_run) for the tests that compare with it
-@pytest.mark.parametrize(("mode", "k"), [("off_policy", 0), ("async", 0)])
+@pytest.mark.parametrize(("mode", "k"), [("off_policy", 0), ("async", 0), ("stream", 0)])
 def test_lag_and_staleness_zero_are_sync_bit_for_bit(tmp_path, sync_run, mode, k):
     tr, summary = run(config(tmp_path, mode, mode, k))
-    assert tr.trained == sync_run[0].trained
+    ungrouped = lambda trained: [[x[:-1] for x in batch] for batch in trained]  # stream renumbers the groups
+    assert ungrouped(tr.trained) == ungrouped(sync_run[0].trained)
     assert summary["params_sha256"] == sync_run[1]["params_sha256"]
 
 
@@ -86,7 +94,7 @@ def lag_run(tmp_path_factory):
 def test_off_policy_step_s_trains_on_version_s_minus_k_exactly_whatever_the_slots(tmp_path, sync_run, lag_run):
     a, sa, a_dir = lag_run
     for step, batch in enumerate(a.trained):
-        assert {v for _, _, vs in batch for v in vs} == {max(0, step - LAG)}, step
+        assert {v for _, _, vs, _ in batch for v in vs} == {max(0, step - LAG)}, step
     sync = sync_run[0].trained
     assert _tokens(a.trained[0]) == _tokens(sync[0])  # step 0: version 0 either way
     assert _tokens(a.trained[1]) != _tokens(sync[1])  # step 1: version 0's tokens, not version 1's
@@ -106,7 +114,42 @@ def test_async_bounds_staleness_and_publishes_each_update(tmp_path):
     assert max(x["pipeline/staleness_max"] for x in lines) <= 2
     assert max(x["pipeline/staleness_max"] for x in lines) >= 1  # episodes ahead really play while the learner trains
     for step, batch in enumerate(tr.trained):  # every trained token's version within [step - 2, step]
-        assert all(step - 2 <= v <= step for _, _, vs in batch for v in vs), step
+        assert all(step - 2 <= v <= step for _, _, vs, _ in batch for v in vs), step
+
+
+def test_stream_trains_the_groups_that_finish_first_and_the_slow_one_later(tmp_path):
+    """stream, max-staleness 2, GRPO groups of 2: step 0's first group (seed 0) blocks in its envs until two updates
+    are done, so steps 0 and 1 train the groups that finished (step 1's and 2's among them), whole groups only, and
+    the slow group trains later, its first tokens (version 0) at least 2 versions stale, logged as such."""
+
+    class Gating(Recording):
+        def learn(self, episodes, *, sft: bool = False, **kw):
+            out = super().learn(episodes, sft=sft, **kw)
+            if len(self.trained) == 2:
+                envs.GATE.set()
+            return out
+
+    envs.GATE.clear()
+    env = {"env_id": "test:gated", "num_envs": 8, "backend": "thread"}
+    cfg = config(tmp_path, "a", "stream", 2, steps=5, algorithm="grpo", group_size=2, env=env)
+    tr = Gating(cfg)
+    try:
+        tr.run()
+    finally:
+        envs.GATE.set()
+    stride = group_stride(cfg.episodes_per_step)
+    slow = 0  # step 0's group 0, seed 0
+    groups_per_step = [sorted(_group_ids(batch)) for batch in tr.trained]
+    for step, groups in enumerate(groups_per_step):
+        assert len(groups) == 4 and groups[0::2] == groups[1::2], (step, groups)  # 4 episodes, 2 whole groups
+    assert any(g // stride == 1 for g in groups_per_step[0])  # step 0 trained a group of step 1's
+    at = next(i for i, g in enumerate(groups_per_step) if slow in g)  # the slow group: once, after the gate opened
+    versions = [v for _, _, vs, _ in tr.trained[at] for v in vs]
+    assert min(versions) == 0 and at >= 2
+    lines = [x for x in _metrics(tmp_path / "a") if "pipeline/staleness_max" in x]
+    assert lines[at]["pipeline/staleness_max"] == at  # not bounded by max-staleness in stream mode, but logged
+    trained = [g for groups in groups_per_step for g in groups]
+    assert len(set(trained)) * 2 == len(trained)  # no group trained twice
 
 
 @pytest.mark.slow
@@ -173,6 +216,31 @@ def test_off_policy_resumes_exactly_from_a_checkpoint_with_episodes_in_flight(tm
     assert s_cut["params_sha256"] == s_full["params_sha256"]
 
 
+def test_stream_resumes_exactly_on_the_inline_backend(tmp_path, monkeypatch):
+    """stream on the inline backend (envs answer in a fixed order, so which groups finish first is fixed): killed
+    after checkpoint 2 and resumed, it trains what the uninterrupted run trains, older steps' late groups (saved with
+    the checkpoint) among them."""
+    cfg = config(tmp_path, "full", "stream", 2, steps=5, checkpoint_every=2)
+    full, s_full = run(cfg)
+    steps = [{g // group_stride(4) for g in groups} for groups in map(_group_ids, full.trained)]
+    assert any(len(s) > 1 for s in steps)  # batches that mix steps: some groups finished late
+    cut = dataclasses.replace(cfg, run_dir=str(tmp_path / "cut"))
+    real = Trainer.train_step
+
+    def dies_at_step_2(self, step):
+        if step == 2:
+            raise KeyboardInterrupt("killed")
+        return real(self, step)
+
+    monkeypatch.setattr(Trainer, "train_step", dies_at_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(cut).run()
+    monkeypatch.setattr(Trainer, "train_step", real)
+    resumed, s_cut = run(cut)
+    assert resumed.trained == full.trained[2:]
+    assert s_cut["params_sha256"] == s_full["params_sha256"]
+
+
 def test_dynamic_sampling_runs_in_the_pipeline_across_drains(tmp_path):
     """Extra rounds after a checkpoint's drain (which drops the kept older versions) play by the learner's policy."""
     cfg = config(tmp_path, "a", "off_policy", 1, algorithm="grpo", group_size=2, steps=3, checkpoint_every=1)
@@ -203,7 +271,7 @@ def test_bad_pipeline_settings_are_refused_naming_the_flag(tmp_path, field, valu
 
 
 def _tokens(batch) -> list:
-    return [(i, toks) for i, toks, _ in batch]
+    return [(i, toks) for i, toks, *_ in batch]
 
 
 def _metrics(run_dir) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Pipeline modes and learning: the same preset trained sync, off_policy (lag 1) and async (max-staleness 2).
+"""Pipeline modes and learning: the same preset trained sync, off_policy (lag 1), async and stream (max-staleness 2).
 
     .venv/bin/python -m experiments.ablations.pipeline_modes --dry-run
     .venv/bin/python -m experiments.ablations.pipeline_modes --seeds 0 1 2 --jobs 2
@@ -6,8 +6,9 @@
 Every run has the same warm start, steps, episodes per step and env slots (`--env.num-envs`, default 64: two steps'
 worth, so the steps ahead have room); the modes differ only in `--pipeline.*`, so each trains on the same number of
 episodes. The question (issue 32): does held-out success stay within 0.05 of sync when the learner trains on
-episodes one (off_policy) or up to two (async) versions old? Runs live in `<out>/<mode>/seed<s>`; the sweep writes
-`<out>/results.md`, `results.json` and `plot.png`. Re-running skips finished runs and resumes the rest.
+episodes one (off_policy) or up to two (async) versions old, or on the groups that finish first (stream)? Runs live
+in `<out>/<mode>/seed<s>`; the sweep writes `<out>/results.md`, `results.json` and `plot.png`. Re-running skips
+finished runs and resumes the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ MODES = {
     "sync": ("--pipeline.mode", "sync"),
     "off_policy-lag1": ("--pipeline.mode", "off_policy", "--pipeline.lag", "1"),
     "async-staleness2": ("--pipeline.mode", "async", "--pipeline.max-staleness", "2"),
+    "stream-staleness2": ("--pipeline.mode", "stream", "--pipeline.max-staleness", "2"),
 }
 
 

@@ -1,5 +1,5 @@
 """The pipeline: the rollout engine as a producer that is never drained at a step boundary, the learner as its
-consumer (`--pipeline.mode off_policy | async`; `sync` is `Run.collect`, no pipeline).
+consumer (`--pipeline.mode off_policy | async | stream`; `sync` is `Run.collect`, no pipeline).
 
 Policy versions count RL updates: the learner at step s holds version s. Step s's episodes are the same
 `Run.specs(s)` as in a synchronous run, their tokens drawn from stream 2s of the run's key, so they are those a
@@ -18,6 +18,13 @@ the later steps' go on playing in the other slots and their envs keep stepping t
   of their streams). Step s + N is submitted at version s, so every token step s + N trains on was sampled by a
   version in [s, s + N]: no trained token is more than N updates stale (checked every step,
   `pipeline/staleness_max`). Which version samples which token depends on timing.
+- stream, `max_staleness` N (ahead = N; AReaL's bound on how far the producer runs ahead): submitted and published
+  as async, but step s trains whichever whole groups have finished first (the oldest step's first), so a step never
+  waits for one slow episode: the slow one trains at a later step, when it is done. Steps still train
+  `episodes_per_step` episodes each and never starve (the steps up to s + N are submitted, s of them trained), but
+  the step -> episodes map and the tokens' staleness depend on timing: N bounds what is submitted ahead, not the age
+  of a trained token (logged every step, `pipeline/staleness_mean` / `_max`; the off-policy corrections weight it).
+  A batch's group ids are made unique over steps (`group_stride`).
 
 A checkpoint or an evaluation first drains the pipeline (the in-flight episodes play to their end, with the
 policies they would have had); a checkpoint then stores the finished episodes of the steps ahead (a pickle per
@@ -33,6 +40,7 @@ step's older version may be gone after a drain or a resume), ahead of the queued
 from __future__ import annotations
 
 import pickle
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jgem.checkpoint import committed_steps
+from jgem.rollout.config import MAX_RESAMPLE_ROUNDS
 from jgem.rollout.engine import RolloutStats
 from jgem.rollout.episode import Episode
 from jgem.sharding.mesh import process_max
@@ -66,6 +75,8 @@ class Pipeline:
         self.kept: dict[int, Any] = {}  # off_policy: version -> params still playing in-flight episodes
         self.during_update = 0  # split meshes: action tokens sampled while the last update ran (`meanwhile`)
         self.drained: RolloutStats | None = None  # the last drain's work, reported with the next step
+        # stream: step -> group id -> its episode ids, submitted and not trained yet (submission order)
+        self.untrained: dict[int, dict[int, list[int]]] = {}
 
     @property
     def engine(self):
@@ -76,13 +87,19 @@ class Pipeline:
         self.next_submit = max(self.next_submit, step)
 
     def batch(self, step: int) -> list[Episode]:
-        """Step `step`'s episodes (submitting the steps up to `step + ahead` first), as soon as they have finished."""
+        """Step `step`'s episodes (submitting the steps up to `step + ahead` first), as soon as they have finished;
+        stream: a step's worth of whole groups, the first to finish."""
         t = self.trainer
         last = min(step + self.ahead, t.cfg.steps - 1)
         # submitted at version `step`: step + ahead, or at the start every step up to it (off_policy: max(0, s - K))
         for s in range(self.next_submit, last + 1):
-            self.engine.submit(t.specs(s), self.key, stream=2 * s, max_turns=t.horizon(s), version=step)
+            specs = t.specs(s)
+            self.engine.submit(specs, self.key, stream=2 * s, max_turns=t.horizon(s), version=step)
+            if self.mode == "stream":
+                self._track(s, specs)
         self.next_submit = max(self.next_submit, last + 1)
+        if self.mode == "stream":
+            return self._first_finished(step)
         ids = [e.episode_id for e in t.specs(step)]
         self.engine.run(self.models(step), until=lambda: self.engine.finished(ids, stream=2 * step))
         return self.engine.take(ids, stream=2 * step)
@@ -95,7 +112,49 @@ class Pipeline:
         self.engine.submit(specs, self.key, stream=2 * step, max_turns=t.horizon(step), version=step, front=True)
         ids = [e.episode_id for e in specs]
         self.engine.run(self.models(step), until=lambda: self.engine.finished(ids, stream=2 * step))
-        return self.engine.take(ids, stream=2 * step)
+        return self._unique_groups(step, self.engine.take(ids, stream=2 * step))
+
+    def _track(self, step: int, specs) -> None:
+        groups = self.untrained.setdefault(step, defaultdict(list))
+        for e in specs:
+            groups[e.group_id].append(e.episode_id)
+
+    def _finished_groups(self) -> list[tuple[int, int, list[int]]]:
+        """stream: (step, group id, episode ids) of the finished untrained groups, the oldest step's first."""
+        done = self.engine.finished
+        return [
+            (s, g, ids)
+            for s in sorted(self.untrained)
+            for g, ids in sorted(self.untrained[s].items())
+            if done(ids, stream=2 * s)
+        ]
+
+    def _first_finished(self, step: int) -> list[Episode]:
+        """stream: the first whole groups to finish, `episodes_per_step` episodes (this process's share), as soon as
+        that many have (the oldest step's first among those finished)."""
+        n = len(self.trainer.specs(step))
+
+        def enough() -> bool:
+            return sum(len(ids) for _, _, ids in self._finished_groups()) >= n
+
+        self.engine.run(self.models(step), until=enough)
+        out: list[Episode] = []
+        for s, g, ids in self._finished_groups():
+            if len(out) >= n:
+                break
+            out += self._unique_groups(s, self.engine.take(ids, stream=2 * s))
+            del self.untrained[s][g]
+            if not self.untrained[s]:
+                del self.untrained[s]
+        return out
+
+    def _unique_groups(self, step: int, episodes: list[Episode]) -> list[Episode]:
+        """stream: a batch mixes steps, whose group ids repeat; step `step`'s get step * group_stride(...) added."""
+        if self.mode == "stream":
+            stride = group_stride(self.trainer.cfg.episodes_per_step)
+            for e in episodes:
+                e.group_id += step * stride
+        return episodes
 
     def models(self, step: int) -> dict[int, Any]:
         """The policies the engine plays with: the learner's (version `step`) and, off_policy, every kept one (with
@@ -129,8 +188,8 @@ class Pipeline:
             self.kept[step] = _copy(t.state.params) if t.publisher is None else t.sampler_params
 
     def after_update(self, step: int) -> None:
-        """async: publish version `step + 1` to every queued and live episode."""
-        if self.mode == "async":
+        """async and stream: publish version `step + 1` to every queued and live episode."""
+        if self.mode in ("async", "stream"):
             self.engine.publish(step + 1, stale_kv=self.cfg.stale_kv)
 
     def drain(self, step: int) -> None:
@@ -185,11 +244,21 @@ class Pipeline:
         saved = pickle.loads(f.read_bytes())
         for s, eps in saved["pending"].items():
             self.engine.put_back(eps, stream=2 * s)
+            if self.mode == "stream":
+                self._track(s, eps)
         self.next_submit = max([step, *(s + 1 for s in saved["pending"])])
 
     def _pending_ids(self, step: int) -> dict[int, list[int]]:
         t = self.trainer
+        if self.mode == "stream":  # every step's untrained groups, older steps' slow ones too
+            return {s: [i for ids in groups.values() for i in ids] for s, groups in self.untrained.items()}
         return {s: [e.episode_id for e in t.specs(s)] for s in range(step, self.next_submit)}
+
+
+def group_stride(episodes_per_step: int) -> int:
+    """stream: more than any group id of a step (its rounds' episodes over all processes): batches that mix steps
+    keep their groups apart."""
+    return (MAX_RESAMPLE_ROUNDS + 1) * episodes_per_step * jax.process_count()
 
 
 def staleness(episodes: list[Episode], version: int) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 from jgem.core import Env
@@ -57,6 +58,23 @@ class LongPromptTalkEnv(TalkEnv):
             obs, info = super().reset(seed)
             return obs + " word" * 600, info
         time.sleep(0.2)
+        return super().reset(seed)
+
+
+GATE = threading.Event()
+
+
+class GatedTalkEnv(TalkEnv):
+    """TalkEnv whose seed-0 episodes block in their first step until the test sets `GATE` (a slow tool call the
+    test ends when it chooses: a thread-backend pool runs its envs in the test's own process)."""
+
+    def step(self, action: str):
+        if self.turn == 0 and self._seed == 0 and not GATE.wait(timeout=60):
+            raise TimeoutError("GATE was never set")
+        return super().step(action)
+
+    def reset(self, seed: int | None = None):
+        self._seed = seed
         return super().reset(seed)
 
 
