@@ -2,7 +2,8 @@
 
 Compared: `--pipeline.mode sync` (each step plays its episodes to the end, then updates), `off_policy` lag 1 (the
 producer plays one step ahead with the previous policy) and `async` max-staleness 1, 2 and 4 (the producer plays up
-to N steps ahead; every live episode takes each new policy as it is published, `stale_kv` keep). Same model (preset
+to N steps ahead; every live episode takes each new policy as it is published, `stale_kv` keep); `stream:N` (not in
+the defaults) is async's producer with a consumer that trains whichever whole groups finish first. Same model (preset
 `tiny`, random init, the shipped tokenizer), envs, seeds and trained episodes for every mode: `--warmup` steps (the
 programs compile) then `--steps` timed steps, `--episodes` (32) episodes a step, algorithm rebn, group size 1.
 Every mode has `env.num_envs` = `--num-envs` (64) envs on a thread-backend pool with one worker per env (the sleeps
@@ -60,6 +61,7 @@ real chips is bounded here by them (docs/benchmarks.md says by how much).
     .venv/bin/python bench/async.py --quick                   # smoke run
     .venv/bin/python bench/async.py                           # both workloads, all five modes
     .venv/bin/python bench/async.py --workloads b --modes sync async:1 async:4 --steps 20
+    .venv/bin/python bench/async.py --workloads b --modes sync async:4 stream:1 stream:2 stream:4
 """
 
 from __future__ import annotations

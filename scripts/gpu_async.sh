@@ -4,7 +4,9 @@
 # whole benchmark fits one device call (sync alone takes ~4 minutes: each of its 12 steps waits ~19 s for its slowest
 # episode). The processes share the GPU and 16 host cores; the tiny model's work is a small part of a step.
 # Runs with the machine's own python3 (jax[cuda], flax, optax, orbax preinstalled); tyro and tensorboardX travel as
-# wheels in .whl/ (docs: /work/.library/device/README.md). Usage: scripts/gpu_async.sh OUTDIR [extra bench args]
+# wheels in .whl/ (docs: /work/.library/device/README.md). Usage: scripts/gpu_async.sh OUTDIR [extra bench args];
+# MODE_GROUPS picks the processes' modes, '|' between processes, e.g. the stream rows:
+#   MODE_GROUPS='sync|stream:4 stream:2|async:4 stream:1' scripts/gpu_async.sh OUTDIR
 set -uo pipefail
 out=${1:?usage: scripts/gpu_async.sh OUTDIR [extra bench/async.py args]}
 shift
@@ -25,7 +27,8 @@ python3 -c "import jax, flax, optax, orbax.checkpoint, tyro, tensorboardX; print
 git log -1 --format='commit %h %s' 2>/dev/null | tee -a "$out/gpu.txt"
 limit=${BENCH_TIMEOUT:-520}
 i=0
-for modes in "sync" "async:4 off_policy:1" "async:2 async:1"; do
+IFS='|' read -ra groups <<<"${MODE_GROUPS:-sync|async:4 off_policy:1|async:2 async:1}"
+for modes in "${groups[@]}"; do
   i=$((i + 1))
   # shellcheck disable=SC2086
   timeout "$limit" python3 bench/async.py --workloads b --modes $modes "$@" >"$out/async$i.jsonl" 2>"$out/async$i.err" &
