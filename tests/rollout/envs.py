@@ -69,7 +69,7 @@ class GatedTalkEnv(TalkEnv):
     test ends when it chooses: a thread-backend pool runs its envs in the test's own process)."""
 
     def step(self, action: str):
-        if self.turn == 0 and self._seed == 0 and not GATE.wait(timeout=60):
+        if self.turn == 0 and self._seed == 0 and not GATE.wait(timeout=600):
             raise TimeoutError("GATE was never set")
         return super().step(action)
 
