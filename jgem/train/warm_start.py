@@ -37,6 +37,10 @@ def warm_start(learner: Learner, log: Callable[[int, dict[str, float]], None]) -
         minibatches=ws.minibatches,
         kl_coef=0.0,
         entropy_coef=0.0,
+        # supervised: the teacher's tokens have no behaviour log-probs, so an off-policy correction would weigh
+        # each token's loss by its own probability under the model (a random model's loss near 0, not ~7)
+        correction="none",
+        tis_cap=None,
     )
     roles = learner.roles
     if not roles.learns:  # a role split's sampler process: the learners train; it logs their metrics
