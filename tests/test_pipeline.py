@@ -199,17 +199,7 @@ def test_off_policy_resumes_exactly_from_a_checkpoint_with_episodes_in_flight(tm
     resumed: the same batches and params as lag_run's, which never drained before its end."""
     full, s_full, _ = lag_run
     cfg = config(tmp_path, "cut", "off_policy", LAG, checkpoint_every=2)
-    real = Trainer.train_step
-
-    def dies_at_step_2(self, step):
-        if step == 2:
-            raise KeyboardInterrupt("killed")
-        return real(self, step)
-
-    monkeypatch.setattr(Trainer, "train_step", dies_at_step_2)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(cfg).run()
-    monkeypatch.setattr(Trainer, "train_step", real)
+    _killed_at_step_2(cfg, monkeypatch)
     assert (tmp_path / "cut" / "pipeline" / "step-2.process-0.pkl").exists()
     resumed, s_cut = run(cfg)
     assert resumed.trained == full.trained[2:]  # steps 2-3 train on the version-0/1 episodes saved with checkpoint 2
@@ -225,17 +215,7 @@ def test_stream_resumes_exactly_on_the_inline_backend(tmp_path, monkeypatch):
     steps = [{g // group_stride(4) for g in groups} for groups in map(_group_ids, full.trained)]
     assert any(len(s) > 1 for s in steps)  # batches that mix steps: some groups finished late
     cut = dataclasses.replace(cfg, run_dir=str(tmp_path / "cut"))
-    real = Trainer.train_step
-
-    def dies_at_step_2(self, step):
-        if step == 2:
-            raise KeyboardInterrupt("killed")
-        return real(self, step)
-
-    monkeypatch.setattr(Trainer, "train_step", dies_at_step_2)
-    with pytest.raises(KeyboardInterrupt):
-        Trainer(cut).run()
-    monkeypatch.setattr(Trainer, "train_step", real)
+    _killed_at_step_2(cut, monkeypatch)
     resumed, s_cut = run(cut)
     assert resumed.trained == full.trained[2:]
     assert s_cut["params_sha256"] == s_full["params_sha256"]
@@ -268,6 +248,21 @@ def test_bad_pipeline_settings_are_refused_naming_the_flag(tmp_path, field, valu
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _killed_at_step_2(cfg, monkeypatch) -> None:
+    """Run `cfg` until its step 2 starts, then stop it as a kill would (its checkpoints stay)."""
+    real = Trainer.train_step
+
+    def dies_at_step_2(self, step):
+        if step == 2:
+            raise KeyboardInterrupt("killed")
+        return real(self, step)
+
+    monkeypatch.setattr(Trainer, "train_step", dies_at_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(cfg).run()
+    monkeypatch.setattr(Trainer, "train_step", real)
 
 
 def _tokens(batch) -> list:
