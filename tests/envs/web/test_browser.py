@@ -350,13 +350,16 @@ OWNER = textwrap.dedent(
 )
 
 
-def test_chromium_dies_with_its_owner(origin: str) -> None:
+def test_chromium_dies_with_its_owner(origin: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the owner keeps its profile in a temporary directory of its own: a browser launched meanwhile by another
+    # test worker sweeps the shared one, and would remove the dead owner's profile before this test looks
     owner = subprocess.Popen(
         [sys.executable, "-c", OWNER, origin + "/"],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)},
     )
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     try:
         pids = [int(p) for p in owner.stdout.readline().split()]  # type: ignore[union-attr]
         assert len(pids) >= 2 and all(psutil.pid_exists(p) for p in pids)
