@@ -69,6 +69,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,6 +88,7 @@ from jgem.envs.pool import EnvPool
 from jgem.rollout.config import RolloutConfig
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.sharding.config import MeshConfig
+from jgem.sharding.mesh import exit_at_once_on_error, initialize
 from jgem.train.loop import Trainer
 from jgem.train.pipeline import staleness
 
@@ -107,6 +111,7 @@ WORKLOADS = {
 }
 MODES = ("sync", "off_policy:1", "async:1", "async:2", "async:4")
 QUICK_ENVS = ("game:Sudoku-v0-easy", "game:GuessTheNumber-v0-hard")
+ROLES = 2  # --roles: a sampler process and a learner process
 LEN_MEDIAN, LEN_SIGMA, MAX_NEW_TOKENS, MAX_EPISODE_TOKENS = 12.0, 0.8, 64, 4096
 
 
@@ -136,7 +141,8 @@ class BenchTrainer(Trainer):
     def __init__(self, cfg: TrainConfig, wl: Workload, lat_scale: float) -> None:
         self.wl, self.lat_scale = wl, lat_scale  # read by _make_pool, which Run.__init__ calls
         super().__init__(cfg)
-        self.engine.turn_token_limit = partial(token_limit, cfg.seed)
+        if self.engine is not None:  # None on a role split's learner process
+            self.engine.turn_token_limit = partial(token_limit, cfg.seed)
 
     def _make_pool(self, env: EnvConfig) -> EnvPool:
         wl, k = self.wl, self.lat_scale
@@ -237,13 +243,17 @@ def split_devices(mode: str) -> int:
 
 def make_config(args, wl: Workload, mode: str, run_dir: str) -> TrainConfig:
     pipe = pipeline_config(mode, args.stale_kv)
+    if args.roles:  # process 0 samples on its device, process 1 trains on its own; episodes per process of the run
+        mesh, episodes = MeshConfig(data=-1, rollout_devices=1, rollout_placement="first"), args.episodes // ROLES
+    else:
+        mesh, episodes = MeshConfig(data=-1, rollout_devices=split_devices(mode)), args.episodes
     return TrainConfig(
-        mesh=MeshConfig(data=-1, rollout_devices=split_devices(mode)),
+        mesh=mesh,
         run_dir=run_dir,
         seed=args.seed,
         # beyond the timed steps: the producer keeps `ahead` steps submitted through the last timed step
         steps=args.warmup + args.steps + 8,
-        episodes_per_step=args.episodes,
+        episodes_per_step=episodes,
         env=EnvConfig(env_id=wl.env_id, num_envs=args.num_envs, backend="thread", num_workers=args.num_envs),
         model=ModelSpec(preset="tiny"),
         rollout=RolloutConfig(max_new_tokens=MAX_NEW_TOKENS, max_episode_tokens=MAX_EPISODE_TOKENS),
@@ -259,9 +269,11 @@ def make_config(args, wl: Workload, mode: str, run_dir: str) -> TrainConfig:
 
 def progress(wl: Workload, mode: str, phase: str, done: int, total: int, since: float, trainer: Trainer) -> None:
     """One line on stderr per step: where the run is, its seconds so far and the engine's programs compiled."""
+    eng = trainer.engine
     print(
-        f"[{wl.env_id} {mode}] {phase} step {done}/{total}: {time.perf_counter() - since:.1f} s, "
-        f"{trainer.engine.num_compilations} engine programs compiled",
+        f"[{wl.env_id} {mode}{' learner' if eng is None else ''}] {phase} step {done}/{total}: "
+        f"{time.perf_counter() - since:.1f} s"
+        + ("" if eng is None else f", {eng.num_compilations} engine programs compiled"),
         file=sys.stderr,
         flush=True,
     )
@@ -272,6 +284,8 @@ def run_mode(args, wl: Workload, mode: str, run_dir: str) -> dict[str, Any]:
     t = time.perf_counter()
     trainer = BenchTrainer(make_config(args, wl, mode, run_dir), wl, args.lat_scale)
     build_s = time.perf_counter() - t
+    if not trainer.roles.samples:
+        return learner_mode(args, wl, mode, trainer)
     probe = Probe(trainer)
     pipe = trainer.pipeline
     steps: list[dict[str, float]] = []
@@ -353,11 +367,56 @@ def run_mode(args, wl: Workload, mode: str, run_dir: str) -> dict[str, Any]:
     return row
 
 
+def learner_mode(args, wl: Workload, mode: str, trainer: Trainer) -> dict[str, Any]:
+    """A role split's learner process (`--roles`): the same steps as the sampler's, each an update on the episodes it
+    receives; its own update seconds (less compile) and idle fraction over the timed steps."""
+    learn, compile_s = trainer.learn, [0.0]
+
+    def learn_(episodes, **k):
+        c = CLOCK.seconds
+        try:
+            return learn(episodes, **k)
+        finally:
+            compile_s[0] = CLOCK.seconds - c
+
+    trainer.learn = learn_
+    try:
+        t = time.perf_counter()
+        for step in range(args.warmup):
+            trainer.train_step(step)
+            progress(wl, mode, "warm-up", step + 1, args.warmup, t, trainer)
+        CLOCK.seconds, CLOCK.on = 0.0, True
+        steps, t = [], time.perf_counter()
+        for step in range(args.warmup, args.warmup + args.steps):
+            steps.append(trainer.train_step(step) | {"update_compile_s": compile_s[0]})
+            progress(wl, mode, "timed", step + 1 - args.warmup, args.steps, t, trainer)
+        wall = time.perf_counter() - t
+        CLOCK.on = False
+    finally:
+        trainer.close()
+    update = [s["time/update_s"] for s in steps]
+    return {
+        "kind": "learner",
+        "mode": mode,
+        "env": wl.env_id,
+        "learner_wall_s": round(wall, 3),
+        "learner_update_s": round(float(np.mean(update)), 3),
+        "learner_update_s_excl_compile": round(
+            float(np.mean(update) - np.mean([s["update_compile_s"] for s in steps])), 3
+        ),
+        "learner_idle_frac": round(1 - sum(update) / wall, 3),
+        "learner_wait_s": round(float(np.mean([s["time/collect_s"] for s in steps])), 3),
+    }
+
+
 def rollout_alone(args, wl: Workload, run_dir: str) -> dict[str, Any]:
     """The producer alone: the timed steps' episodes, two more steps' queued behind so every slot stays busy, played
     by a fresh trainer's initial policy with no update; seconds until as many episodes as the timed steps hold have
     finished (less compile seconds), per step."""
     trainer = BenchTrainer(make_config(args, wl, "sync", run_dir), wl, args.lat_scale)
+    if not trainer.roles.samples:  # a role split's learner: nothing to play
+        trainer.close()
+        return {}
     probe = Probe(trainer)
     eng, key = trainer.engine, jax.random.key(args.seed)
     first, last = args.warmup, args.warmup + args.steps
@@ -442,6 +501,71 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines + [""] + list(notes.values()))
 
 
+def child(args) -> None:
+    """One process of `--roles` (`--child 0|1`: a role split's sampler or learner, one workload and one mode;
+    `alone`: rollout alone, one process): its rows as JSON in `--child-out`."""
+    (wl,) = [w for name in args.workloads for w in WORKLOADS[name] if w.env_id in args.envs]
+    run_dir = f"{args.child_out}.run"
+    if args.child == "alone":
+        out = rollout_alone(_no_roles(args), wl, run_dir)
+    else:
+        initialize(f"127.0.0.1:{args.child_port}", ROLES, int(args.child))
+        (mode,) = args.modes
+        with exit_at_once_on_error():
+            out = run_mode(args, wl, mode, run_dir)
+    with open(args.child_out, "w") as f:
+        json.dump(out, f)
+
+
+def _no_roles(args) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "roles": False})
+
+
+def role_split_group(args, wl: Workload, tmp: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """`--roles`: each mode in a fresh pair of processes (sampler pinned to core 0, learner to core 1), then rollout
+    alone in one process on core 0; the sampler's rows with the learner's update seconds and idle fraction."""
+    cores = sorted(os.sched_getaffinity(0))
+
+    def spawn(kind: str, port: int, modes: list[str], core: int) -> tuple[subprocess.Popen, str]:
+        out = f"{tmp}/{wl.env_id.replace(':', '_')}-{modes[0]}-{kind}.json"
+        argv = [sys.executable, __file__, "--workloads", wl.name, "--envs", wl.env_id, "--modes", *modes]
+        argv += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--episodes", str(args.episodes)]
+        argv += ["--num-envs", str(args.num_envs), "--max-turns", str(args.max_turns)]
+        argv += ["--lat-scale", str(args.lat_scale), "--stale-kv", args.stale_kv, "--seed", str(args.seed), "--roles"]
+        argv += ["--child", kind, "--child-port", str(port), "--child-out", out]
+        env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+        proc = subprocess.Popen(
+            argv, env=env | {"JAX_PLATFORMS": "cpu"}, preexec_fn=lambda: os.sched_setaffinity(0, {core})
+        )
+        return proc, out
+
+    def wait(procs: list[tuple[subprocess.Popen, str]]) -> list[dict[str, Any]]:
+        try:  # one process failing stops the others
+            while any(p.poll() is None for p, _ in procs) and not any(p.poll() for p, _ in procs):
+                time.sleep(0.5)
+            codes = [p.poll() for p, _ in procs]
+        finally:
+            for p, _ in procs:
+                if p.poll() is None:
+                    p.kill()
+        if any(codes):
+            raise SystemExit(f"--roles: a process of {wl.env_id} failed (exit codes {codes})")
+        return [json.loads(open(out).read()) for _, out in procs]
+
+    group = []
+    for mode in args.modes:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        sampler, learner = wait([spawn(str(i), port, [mode], cores[i]) for i in range(ROLES)])
+        sampler["sampler_update_wait_s"] = sampler["update_s"]  # from sending a step's episodes to its publication
+        for k in ("update_s", "update_s_excl_compile"):
+            sampler[k] = learner[f"learner_{k}"]
+        group.append(sampler | {k: v for k, v in learner.items() if k.startswith("learner_")} | {"roles": True})
+    (alone,) = wait([spawn("alone", 0, args.modes[:1], cores[0])])
+    return group, alone
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", nargs="+", default=["a", "b"], choices=sorted(WORKLOADS))
@@ -461,7 +585,26 @@ def main() -> None:
         help="smoke run: 2 timed steps of 8 episodes on 16 envs, 1 warm-up step, 4 turns at most, latencies x0.1, "
         f"(a) on {QUICK_ENVS[0]} only",
     )
+    ap.add_argument(
+        "--roles",
+        action="store_true",
+        help="every mode as a role split: 2 JAX processes on localhost, the sampler's (process 0: envs, engine) "
+        "pinned to core 0 and the learner's (process 1: the update) to core 1, the weights published after each "
+        "update; rollout alone in one process on core 0 (needs 2 cores)",
+    )
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)  # --roles: '0', '1' or 'alone'
+    ap.add_argument("--child-port", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.roles and args.episodes % ROLES:
+        raise SystemExit(f"--roles: --episodes {args.episodes} must divide over the {ROLES} processes")
+    if args.roles and any("@" in m for m in args.modes):
+        raise SystemExit("--roles splits every mode over processes: give modes without @R")
+    if args.roles and args.child is None and len(os.sched_getaffinity(0)) < ROLES:
+        raise SystemExit(
+            f"--roles pins its {ROLES} processes to cores of their own: this process may use only "
+            f"{len(os.sched_getaffinity(0))}"
+        )
     if args.quick:
         args.steps, args.warmup, args.episodes, args.num_envs = 2, 1, 8, 16
         args.max_turns, args.lat_scale, args.envs = 4, 0.1, args.envs or list(QUICK_ENVS)
@@ -471,15 +614,22 @@ def main() -> None:
     for m in args.modes:
         pipeline_config(m, args.stale_kv)  # fail fast on a bad name
         split_devices(m)
-    print(json.dumps({"kind": "config", **vars(args), "platform": jax.devices()[0].platform}), flush=True)
+    if args.child is not None:
+        return child(args)
+    # --roles: no backend here (the processes it starts are CPU ones, forked without JAX's threads)
+    platform = "cpu" if args.roles else jax.devices()[0].platform
+    print(json.dumps({"kind": "config", **vars(args), "platform": platform}), flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="jgem-bench-async-") as tmp:
         for name in args.workloads:
             for wl in WORKLOADS[name]:
                 if args.envs and wl.env_id not in args.envs:
                     continue
-                group = [run_mode(args, wl, mode, f"{tmp}/{mode}") for mode in args.modes]
-                alone = rollout_alone(args, wl, f"{tmp}/alone")
+                if args.roles:
+                    group, alone = role_split_group(args, wl, tmp)
+                else:
+                    group = [run_mode(args, wl, mode, f"{tmp}/{mode}") for mode in args.modes]
+                    alone = rollout_alone(args, wl, f"{tmp}/alone")
                 finish_rows(group, alone)
                 for r in group:
                     print(json.dumps(r), flush=True)

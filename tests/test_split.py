@@ -221,5 +221,7 @@ def test_roles_deal_each_side_its_share_and_refuse_processes_on_both_sides_and_o
     assert not both.split and both.learns and both.samples and both.share(4, side="sampler") == (12, 4)
     with pytest.raises(ValueError, match="rollout-devices as a multiple of the devices per process"):
         Roles(_FakeMesh([1, 2, 3]), _FakeMesh([0, 1]))
+    one_learner = Roles(_FakeMesh([3, 3]), _FakeMesh([0, 1, 2]))  # trains (bench/async.py --roles), but
     with pytest.raises(ValueError, match="one learner process .* cannot checkpoint"):  # orbax's limit
-        Roles(_FakeMesh([3, 3]), _FakeMesh([0, 1, 2]))
+        one_learner.check_checkpoints()  # a run that checkpoints (Trainer.run) is refused before it starts
+    roles.check_checkpoints()  # two learners: fine

@@ -241,6 +241,7 @@ class Trainer(Learner):
     def _open_outputs(self) -> tuple[Checkpointer | None, MetricsLogger, Progress]:
         """The run's checkpointer (None on a role split's sampler processes: the learners' save the state),
         metrics logger and progress display (and its start note, where they write)."""
+        self.roles.check_checkpoints()
         cfg, primary = self.cfg, jax.process_index() == 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
         ckpt = None

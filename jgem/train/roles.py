@@ -60,12 +60,6 @@ class Roles:
                 "with --mesh.rollout-placement first choose --mesh.rollout-devices as a multiple of the devices "
                 "per process (whole hosts sample), or use per_process"
             )
-        if self.split and len(self.learners) == 1:
-            raise ValueError(
-                f"a role split with one learner process (process {self.learners[0]}) cannot checkpoint: orbax refuses "
-                "to save arrays that one process of several holds whole; give the learner at least 2 processes "
-                "(fewer --mesh.rollout-devices), or use --mesh.rollout-placement per_process"
-            )
         me = jax.process_index()
         self.learns, self.samples = me in self.learners, me in self.samplers
         self.lead = self.learners[0]  # the learner that reports each update's metrics
@@ -73,6 +67,16 @@ class Roles:
         self._client: Any = None
 
     # -- numbering ---------------------------------------------------------------------------------
+
+    def check_checkpoints(self) -> None:
+        """Refuse a role split whose learner is one process before a run that checkpoints starts (`Trainer.run`);
+        driving `Trainer.train_step` alone, as bench/async.py's `--roles` does, needs no checkpoint."""
+        if self.split and len(self.learners) == 1:
+            raise ValueError(
+                f"a role split with one learner process (process {self.learners[0]}) cannot checkpoint: orbax refuses "
+                "to save arrays that one process of several holds whole; give the learner at least 2 processes "
+                "(fewer --mesh.rollout-devices), or use --mesh.rollout-placement per_process"
+            )
 
     def share(self, per_process: int, *, side: str) -> tuple[int, int]:
         """(first, count): the global indices of the items this process handles of a set of `per_process` per
