@@ -58,10 +58,23 @@ docs/scaling.md, "Split meshes"): run with simulated CPU devices, e.g. `JAX_NUM_
 beside `sync async:2` on the same 8 devices. The devices share the machine's cores, so the overlap a split buys on
 real chips is bounded here by them (docs/benchmarks.md says by how much).
 
+Role split on cores of their own (`--roles`, 2 cores or more): each mode runs in a fresh pair of JAX processes on
+localhost, a role split (`--mesh.rollout-placement first`, one device each): process 0 samples (the envs, the engine)
+pinned to one core, process 1 trains pinned to another, the weights published device to device after each update
+while the sampler goes on generating. This is split meshes with hardware of their own per side, the setting the
+pipeline is for (on one process and one device set both sides divide the same cores). Rollout alone then runs in one
+process on the sampler's core, update alone is the learner process's own sync update (less compile), and the learner
+columns are the learner process's. The compile seconds left out of a step are those on its critical path: all
+of the learner's, and the sampler's only as far as the learner waited for episodes (`pipeline_efficiency_raw` keeps
+them all in). `--episodes` is the run's global batch (half per process of the run). The processes share one
+persistent compilation cache (.cache/jax-bench unless JAX_COMPILATION_CACHE_DIR is set): a second run loads what the
+first compiled.
+
     .venv/bin/python bench/async.py --quick                   # smoke run
     .venv/bin/python bench/async.py                           # both workloads, all five modes
     .venv/bin/python bench/async.py --workloads b --modes sync async:1 async:4 --steps 20
     .venv/bin/python bench/async.py --workloads b --modes sync async:4 stream:1 stream:2 stream:4
+    .venv/bin/python bench/async.py --roles --workloads b --modes sync async:4 stream:1 stream:2 stream:4
 """
 
 from __future__ import annotations
@@ -76,6 +89,7 @@ import sys
 import tempfile
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -386,12 +400,14 @@ def learner_mode(args, wl: Workload, mode: str, trainer: Trainer) -> dict[str, A
             trainer.train_step(step)
             progress(wl, mode, "warm-up", step + 1, args.warmup, t, trainer)
         CLOCK.seconds, CLOCK.on = 0.0, True
+        programs = train_step._cache_size()
         steps, t = [], time.perf_counter()
         for step in range(args.warmup, args.warmup + args.steps):
             steps.append(trainer.train_step(step) | {"update_compile_s": compile_s[0]})
             progress(wl, mode, "timed", step + 1 - args.warmup, args.steps, t, trainer)
         wall = time.perf_counter() - t
         CLOCK.on = False
+        programs = train_step._cache_size() - programs
     finally:
         trainer.close()
     update = [s["time/update_s"] for s in steps]
@@ -406,6 +422,8 @@ def learner_mode(args, wl: Workload, mode: str, trainer: Trainer) -> dict[str, A
         ),
         "learner_idle_frac": round(1 - sum(update) / wall, 3),
         "learner_wait_s": round(float(np.mean([s["time/collect_s"] for s in steps])), 3),
+        "learner_compile_s": round(CLOCK.seconds, 3),
+        "learner_update_compilations_timed": programs,
     }
 
 
@@ -454,6 +472,7 @@ def finish_rows(rows: list[dict[str, Any]], alone: dict[str, Any]) -> None:
         r["update_alone_s"] = update_alone
         r["update_alone_from"] = "sync" if base else r["mode"]
         r["pipeline_efficiency"] = round(ideal / r["step_s_excl_compile"], 3)
+        r["pipeline_efficiency_raw"] = round(ideal / r["step_s"], 3)  # compile seconds left in
         r["bound"] = "rollout" if alone["rollout_alone_step_s"] >= update_alone else "update"
         if base:
             r["ratio_steps_per_s"] = round(r["steps_per_s"] / base["steps_per_s"], 3)
@@ -480,6 +499,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         ("stale mean", "staleness_mean"),
         ("stale max", "staleness_max"),
         ("efficiency", "pipeline_efficiency"),
+        ("efficiency raw", "pipeline_efficiency_raw"),
         ("compile s", "compile_s"),
     ]
     lines = [
@@ -534,6 +554,9 @@ def role_split_group(args, wl: Workload, tmp: str) -> tuple[list[dict[str, Any]]
         argv += ["--lat-scale", str(args.lat_scale), "--stale-kv", args.stale_kv, "--seed", str(args.seed), "--roles"]
         argv += ["--child", kind, "--child-port", str(port), "--child-out", out]
         env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+        # every process a fresh runtime: one persistent compilation cache, so a program one compiled the next loads
+        env.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "jax-bench"))
+        env |= {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
         proc = subprocess.Popen(
             argv, env=env | {"JAX_PLATFORMS": "cpu"}, preexec_fn=lambda: os.sched_setaffinity(0, {core})
         )
@@ -558,10 +581,20 @@ def role_split_group(args, wl: Workload, tmp: str) -> tuple[list[dict[str, Any]]
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         sampler, learner = wait([spawn(str(i), port, [mode], cores[i]) for i in range(ROLES)])
-        sampler["sampler_update_wait_s"] = sampler["update_s"]  # from sending a step's episodes to its publication
+        row = sampler | {k: v for k, v in learner.items() if k.startswith("learner_")} | {"roles": True}
+        row["sampler_update_wait_s"] = sampler["update_s"]  # from sending a step's episodes to its publication
         for k in ("update_s", "update_s_excl_compile"):
-            sampler[k] = learner[f"learner_{k}"]
-        group.append(sampler | {k: v for k, v in learner.items() if k.startswith("learner_")} | {"roles": True})
+            row[k] = learner[f"learner_{k}"]
+        # compile seconds on the steps' critical path: all of the learner's (nothing else runs there meanwhile) and
+        # the sampler's only as far as the learner waited for episodes (it goes on playing while the learner updates)
+        n, wall = row["steps"], row["wall_s"]
+        row["sampler_compile_s"] = sampler["compile_s"]
+        row["compile_s"] = round(
+            learner["learner_compile_s"] + min(sampler["compile_s"], learner["learner_wait_s"] * n), 3
+        )
+        row["step_s_excl_compile"] = round((wall - row["compile_s"]) / n, 3)
+        row["steps_per_s_excl_compile"] = round(n / (wall - row["compile_s"]), 4)
+        group.append(row)
     (alone,) = wait([spawn("alone", 0, args.modes[:1], cores[0])])
     return group, alone
 
