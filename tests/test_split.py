@@ -225,3 +225,8 @@ def test_roles_deal_each_side_its_share_and_refuse_processes_on_both_sides_and_o
     with pytest.raises(ValueError, match="one learner process .* cannot checkpoint"):  # orbax's limit
         one_learner.check_checkpoints()  # a run that checkpoints (Trainer.run) is refused before it starts
     roles.check_checkpoints()  # two learners: fine
+    from jgem.train.loop import Trainer
+
+    run = type("Run", (), {"roles": one_learner, "cfg": None})()  # fails at the check, before anything else is read
+    with pytest.raises(ValueError, match="one learner process .* cannot checkpoint"):
+        Trainer._open_outputs(run)  # the first thing Trainer.run does
