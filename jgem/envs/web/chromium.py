@@ -24,6 +24,9 @@ from pathlib import Path
 ENV_VAR = "JGEM_CHROMIUM"
 PROFILE_PREFIX = "jgem-chromium-"  # + the owning Python process's pid: its temporary profiles
 PATH_NAMES = ("chromium", "chromium-browser", "google-chrome")
+# Chromium puts its sockets in a directory under $TMPDIR and aborts (SIGABRT) when their paths pass the 107 bytes
+# a Unix socket's path may have: measured with Debian's chromium, a temporary directory of 62 characters works, 63 not
+MAX_TMPDIR_CHARS = 62
 
 # Playwright's own switches for automation (chromiumSwitches in playwright-core), less the Edge/Windows/Mac ones,
 # plus its headless ones: no background work, no first-run UI, no throttling of background tabs.
@@ -114,6 +117,17 @@ def sweep_profiles() -> list[str]:
     return removed
 
 
+def _tmpdir_hint() -> str:
+    """Why Chromium may have aborted at start, when the temporary directory is too long for its sockets."""
+    tmp = tempfile.gettempdir()
+    if len(tmp) <= MAX_TMPDIR_CHARS:
+        return ""
+    return (
+        f" (the temporary directory {tmp!r} is {len(tmp)} characters long: Chromium aborts when the paths of its "
+        f"sockets under it pass 107 bytes; set TMPDIR to a directory of at most {MAX_TMPDIR_CHARS} characters)"
+    )
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec: nothing but the prctl call
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -175,7 +189,9 @@ class Chromium:
             if len(lines) >= 2 and lines[0].strip().isdigit() and lines[1].startswith("/"):
                 return f"ws://127.0.0.1:{lines[0].strip()}{lines[1].strip()}"
         if not self.alive():
-            raise RuntimeError(f"{self.exit_reason()} before it listened for DevTools: {self.log_tail()}")
+            raise RuntimeError(
+                f"{self.exit_reason()} before it listened for DevTools{_tmpdir_hint()}: {self.log_tail()}"
+            )
         if time.monotonic() > deadline:
             raise TimeoutError(f"chromium (pid {self.pid}) did not open its DevTools port in time: {self.log_tail()}")
         return None

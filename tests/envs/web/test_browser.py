@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -350,26 +351,44 @@ OWNER = textwrap.dedent(
 )
 
 
-def test_chromium_dies_with_its_owner(origin: str, tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the owner keeps its profile in a temporary directory of its own: a browser launched meanwhile by another
-    # test worker sweeps the shared one, and would remove the dead owner's profile before this test looks
-    owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER, origin + "/"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": str(tmp_path)},
-    )
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_chromium_dies_with_its_owner(origin: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The owner keeps its profile in a temporary directory of its own: a browser launched meanwhile by another test
+    # worker sweeps the shared one, and would remove the dead owner's profile before this test looks. A short path
+    # (not pytest's tmp_path): Chromium puts its sockets under $TMPDIR, and a Unix socket's path has 107 bytes at most.
+    own_tmp = tempfile.mkdtemp(prefix="jgem-owner-")
     try:
-        pids = [int(p) for p in owner.stdout.readline().split()]  # type: ignore[union-attr]
-        assert len(pids) >= 2 and all(psutil.pid_exists(p) for p in pids)
+        owner = subprocess.Popen(
+            [sys.executable, "-c", OWNER, origin + "/"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "TMPDIR": own_tmp},
+        )
+        monkeypatch.setattr(tempfile, "tempdir", own_tmp)
+        try:
+            pids = [int(p) for p in owner.stdout.readline().split()]  # type: ignore[union-attr]
+            assert len(pids) >= 2 and all(psutil.pid_exists(p) for p in pids)
+        finally:
+            owner.kill()  # SIGKILL: no atexit, no finalizer runs
+            owner.wait()
+        assert all_dead(pids, within=10.0)
+        profiles = glob.glob(os.path.join(tempfile.gettempdir(), f"{chromium.PROFILE_PREFIX}{owner.pid}-*"))
+        assert len(profiles) == 1  # left behind by the killed owner, until the next launch sweeps it
+        assert chromium.sweep_profiles() == profiles and not os.path.exists(profiles[0])
     finally:
-        owner.kill()  # SIGKILL: no atexit, no finalizer runs
-        owner.wait()
-    assert all_dead(pids, within=10.0)
-    profiles = glob.glob(os.path.join(tempfile.gettempdir(), f"{chromium.PROFILE_PREFIX}{owner.pid}-*"))
-    assert len(profiles) == 1  # left behind by the killed owner, until the next launch sweeps it
-    assert chromium.sweep_profiles() == profiles and not os.path.exists(profiles[0])
+        shutil.rmtree(own_tmp, ignore_errors=True)
+
+
+def test_a_temporary_directory_too_long_for_chromium_is_named_in_the_error(origin: str, monkeypatch) -> None:
+    """Chromium aborts at start when $TMPDIR is too long for its sockets' paths; the error says so and how to fix it."""
+    long_tmp = tempfile.mkdtemp(prefix="jgem-" + "t" * (chromium.MAX_TMPDIR_CHARS - len(tempfile.gettempdir())))
+    try:
+        monkeypatch.setenv("TMPDIR", long_tmp)  # Chromium's
+        monkeypatch.setattr(tempfile, "tempdir", long_tmp)  # jgem's (its profile)
+        with BrowserSession(timeout_s=20.0) as s, pytest.raises(BrowserError, match=r"killed by signal 6") as err:
+            s.reset(origin + "/")
+        assert f"set TMPDIR to a directory of at most {chromium.MAX_TMPDIR_CHARS} characters" in str(err.value)
+    finally:
+        shutil.rmtree(long_tmp, ignore_errors=True)
 
 
 def test_a_forked_child_gets_its_own_browser(session: BrowserSession, origin: str) -> None:
