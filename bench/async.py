@@ -432,9 +432,6 @@ def rollout_alone(args, wl: Workload, run_dir: str) -> dict[str, Any]:
     by a fresh trainer's initial policy with no update; seconds until as many episodes as the timed steps hold have
     finished (less compile seconds), per step."""
     trainer = BenchTrainer(make_config(args, wl, "sync", run_dir), wl, args.lat_scale)
-    if not trainer.roles.samples:  # a role split's learner: nothing to play
-        trainer.close()
-        return {}
     probe = Probe(trainer)
     eng, key = trainer.engine, jax.random.key(args.seed)
     first, last = args.warmup, args.warmup + args.steps
@@ -557,9 +554,8 @@ def role_split_group(args, wl: Workload, tmp: str) -> tuple[list[dict[str, Any]]
         # every process a fresh runtime: one persistent compilation cache, so a program one compiled the next loads
         env.setdefault("JAX_COMPILATION_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".cache" / "jax-bench"))
         env |= {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1"}
-        proc = subprocess.Popen(
-            argv, env=env | {"JAX_PLATFORMS": "cpu"}, preexec_fn=lambda: os.sched_setaffinity(0, {core})
-        )
+        env["JAX_PLATFORMS"] = "cpu"
+        proc = subprocess.Popen(argv, env=env, preexec_fn=lambda: os.sched_setaffinity(0, {core}))
         return proc, out
 
     def wait(procs: list[tuple[subprocess.Popen, str]]) -> list[dict[str, Any]]:

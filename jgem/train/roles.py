@@ -66,8 +66,6 @@ class Roles:
         self._seq: Counter[str] = Counter()
         self._client: Any = None
 
-    # -- numbering ---------------------------------------------------------------------------------
-
     def check_checkpoints(self) -> None:
         """Refuse a role split whose learner is one process before a run that checkpoints starts (`Trainer.run`);
         driving `Trainer.train_step` alone, as bench/async.py's `--roles` does, needs no checkpoint."""
@@ -77,6 +75,8 @@ class Roles:
                 "to save arrays that one process of several holds whole; give the learner at least 2 processes "
                 "(fewer --mesh.rollout-devices), or use --mesh.rollout-placement per_process"
             )
+
+    # -- numbering ---------------------------------------------------------------------------------
 
     def share(self, per_process: int, *, side: str) -> tuple[int, int]:
         """(first, count): the global indices of the items this process handles of a set of `per_process` per
