@@ -13,13 +13,14 @@ Qwen-style (`<|im_start|>`), Qwen3 (with and without thinking) and Llama 3 templ
 Where the stream equals `apply_chat_template(messages, add_generation_prompt=True)` of the same chat:
 the template must be *append-only*, i.e. rendering a longer chat must extend the rendering of a
 shorter one. `ChatFormat.append_only` probes this. Known exceptions:
-- Qwen3 drops the `<think>...</think>` block of assistant turns before the latest user message, and
-  with `enable_thinking=False` its generation prompt injects an empty think block that later renders
-  drop too. The stream keeps what the model actually saw (strictly appending); it equals the template
-  only for non-reasoning actions with `enable_thinking` unset/True, or for tool-role observations
-  (turns after the last user query keep their think blocks). `rewrites_history` probes for such a
-  template, and `check_append` finds the turn where a conversation stops being the template's (the
-  chat view refuses it there: jgem/rollout/views.py).
+- Qwen3 keeps an assistant turn's `<think>...</think>` block only while the turn is the latest, or while its
+  reasoning is non-empty and no user message has followed it; with `enable_thinking=False` its generation
+  prompt injects an empty think block that later renders drop too. The stream keeps what the model actually
+  saw (strictly appending); it equals the template for actions without a think block, and for tool-role
+  observations after actions with non-empty reasoning. `rewrites_history` probes for such a template, and
+  `check_append` finds the turn where a conversation stops being the template's (the chat view refuses it
+  there, naming the template's rule; the per-turn chat view renders every prompt afresh instead:
+  jgem/rollout/views.py).
 - Llama 3 trims message content, so actions or observations with surrounding whitespace render
   differently from what was sampled.
 In every case, `start(messages)` (the per-turn-prompt view) equals the template exactly.
@@ -32,11 +33,16 @@ tool-call format's results arrive as `tool` / `ipython` messages (jgem/envs/tool
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from jinja2 import TemplateError
+
+import jgem.models.hf_quiet  # noqa: F401  before transformers: its no-PyTorch notice is noise here
+
+# isort: split
 from transformers import PreTrainedTokenizerBase
 
 TINY_TOKENIZER_DIR = Path(__file__).resolve().parent / "assets" / "tiny_tokenizer"
@@ -174,10 +180,15 @@ class ChatFormat:
 
     def _probe_rewrites(self) -> bool:
         """Whether the template can render an earlier assistant turn differently once more messages follow (probed
-        with a plain and a `<think>` action, each followed by a user and by a tool message)."""
+        with a plain action and with `<think>` actions, an empty and a non-empty one, each followed by a user and by a
+        tool message)."""
         first = [{"role": "user", "content": _S_USER}]
         prompt = self.render(first, add_generation_prompt=True)
-        for action in (_S_ASSISTANT, f"<think>\n{_S_THINK}\n</think>\n\n{_S_ASSISTANT}"):
+        for action in (
+            _S_ASSISTANT,
+            f"<think>\n{_S_THINK}\n</think>\n\n{_S_ASSISTANT}",
+            f"<think>\n\n</think>\n\n{_S_ASSISTANT}",
+        ):
             for role in ("user", "tool"):
                 chat = [*first, {"role": "assistant", "content": action}, {"role": role, "content": _S_OBS}]
                 try:
@@ -189,36 +200,67 @@ class ChatFormat:
         return False
 
     def check_append(self, history: Sequence[Message], action_ids: Sequence[int], new: Sequence[Message]) -> None:
-        """Raise `TemplateRewriteError` when the messages `new`, following the action, make the template render what
-        came before them differently: the turns of `history` (or its generation prompt), or the action itself (as it
-        renders when a tool message follows instead). How the template writes an action it did not write itself
-        (whitespace, say) is not a rewrite. Three renders of the chat: `observation_suffix` runs it only for a
-        template that `rewrites_history`."""
+        """Raise `TemplateRewriteError` when the append-only stream stops being the template's rendering of the
+        conversation: when the messages `new`, following the action, make the template render differently what the
+        stream already holds (an earlier turn, the generation prompt, or the action as sampled).
+
+        One difference is not a rewrite: an action the template would never write as it stands (a Llama action with
+        surrounding whitespace, a think block laid out otherwise) renders in the template's own layout wherever it
+        stands, as the latest turn as well as once messages follow; the stream keeps the tokens the policy sampled.
+        An action the template does write as it stands (what a model trained on it writes) must stay so, or the chat
+        view refuses here. Two to three renders of the chat: `observation_suffix` runs it only for a template that
+        `rewrites_history`."""
         before = self.render(history, add_generation_prompt=True)
-        chat = [*history, {"role": "assistant", "content": self.action_text(action_ids)}]
+        action = self.action_text(action_ids)
+        chat = [*history, {"role": "assistant", "content": action}]
         after = self.render([*chat, *new], add_generation_prompt=True)
         if not after.startswith(before):
-            self._refuse(before, after, new)
-        try:
-            kept = self.render([*chat, {"role": "tool", "content": _S_OBS}], add_generation_prompt=True)
-        except TemplateError:  # no tool role to compare with
-            return
-        end = kept.find(self._end_of_turn_text, len(before))
-        if end >= 0 and after[:end] != kept[:end]:
-            self._refuse(kept[:end], after, new)
+            self._refuse(history, before, after, new, action)
+        if after.startswith(action + self._end_of_turn_text, len(before)):
+            return  # exact: the stream is the template's rendering so far
+        # the action's turn renders otherwise: fine only where the template writes it so as the latest turn too
+        latest = self.render(chat, add_generation_prompt=False)
+        if latest.startswith(before):
+            turn = latest[len(before) : latest.find(self._end_of_turn_text, len(before))]
+            if after.startswith(turn + self._end_of_turn_text, len(before)) and turn != action:
+                return
+        self._refuse(history, before + action + self._end_of_turn_text, after, new, action)
 
-    @staticmethod
-    def _refuse(kept: str, after: str, new: Sequence[Message]) -> None:
+    def _refuse(self, history: Sequence[Message], kept: str, after: str, new: Sequence[Message], action: str) -> None:
+        """The refusal of `check_append`: where the template's rendering `after` leaves what the stream holds (`kept`
+        is the stream's text up to there), which part of the conversation that is, and the template's rule."""
         at = next((i for i, (a, b) in enumerate(zip(kept, after)) if a != b), min(len(kept), len(after)))
-        roles = ", ".join(sorted({str(m.get("role")) for m in new}))
+        roles = " and ".join(dict.fromkeys(str(m.get("role")) for m in new)) or "new"
+        prompt_starts = len(self.render(history, add_generation_prompt=False)) if history else 0
+        if at < prompt_starts:
+            part = "an earlier turn"
+        elif at < len(self.render(history, add_generation_prompt=True)):
+            part = "the generation prompt the action followed"
+        else:
+            part = "the action just played"
+        dropped = _dropped_think(kept, after, at)
+        if dropped is not None and part == "the generation prompt the action followed":
+            rule = (
+                "the generation prompt's empty <think></think> block (enable_thinking=False) is not kept in the "
+                "earlier turns it rendered"
+            )
+        elif dropped == "":
+            rule = "an assistant turn's empty <think></think> block is kept only while it is the latest turn"
+        elif dropped is not None:
+            rule = (
+                "an assistant turn's <think> block is dropped once a later user message follows it (kept only between "
+                "the latest user message and the end)"
+            )
+        else:
+            rule = f"the template writes {part} otherwise once a {roles} message follows"
         raise TemplateRewriteError(
-            f"the chat template rewrites an earlier turn once a {roles} message follows: "
-            f"{kept[max(0, at - 30) : at + 40]!r} becomes {after[max(0, at - 30) : at + 40]!r} (Qwen3-style "
-            "templates drop the <think> blocks of the turns before the latest user message, and with "
-            "enable_thinking=False the empty one of every earlier turn). The chat view appends to the stream and "
-            "never re-renders it, so it would no longer be the template's rendering of the conversation. Use the "
-            "per-turn view (--rollout.view per_turn: a fresh template every turn), or a template that keeps "
-            "earlier turns"
+            f"the chat template rewrites {part} once a {roles} message follows: "
+            f"{kept[max(0, at - 30) : at + 40]!r} becomes {after[max(0, at - 30) : at + 40]!r}. The template's rule: "
+            f"{rule}. The chat view appends to one token stream and never re-renders it, so it would no longer be the "
+            "template's rendering of the conversation (what a server shows the model). Use the per-turn chat view "
+            "(--rollout.view chat_per_turn: the conversation's messages rendered afresh every turn, as a server "
+            "does), the per-turn view (--rollout.view per_turn: GEM's history in one user message), or a template "
+            "that keeps earlier turns"
         )
 
     def _probe_append_only(self) -> bool:
@@ -275,3 +317,15 @@ class ChatFormat:
     def action_ids(self, text: str) -> list[int]:
         """Canonical tokens of an action `text` plus the end-of-turn token (scripted agents, tests)."""
         return self.encode(text) + [self.end_of_turn_id]
+
+
+_THINK = re.compile(r"<think>(.*?)</think>\s*", re.DOTALL)
+
+
+def _dropped_think(kept: str, after: str, at: int) -> str | None:
+    """The reasoning of the `<think>` block that `kept` holds at the first difference `at` and `after` leaves out
+    (the template dropped it), or None when the difference is anything else."""
+    m = _THINK.search(kept, max(0, at - len("<think>")))
+    if m is None or m.start() > at:
+        return None
+    return m.group(1).strip() if after.startswith(kept[m.end() : m.end() + 40], m.start()) else None

@@ -1,9 +1,11 @@
-"""Episodes -> fixed-shape TrainBatch arrays (numpy, host side), in both multi-turn views.
+"""Episodes -> fixed-shape TrainBatch arrays (numpy, host side), in the multi-turn views.
 
 - `view="per_turn"`: one segment per transition: its prompt followed by its action.
 - `view="chat"`: one segment per episode: the whole token stream (`Episode.stream`; each turn's prompt
   extends the previous prompt + action), every action token carrying its own turn's advantage. For a
   causal LM this gives the per-turn view's gradient at a fraction of the tokens.
+- `view="chat_per_turn"`: one segment per run of turns whose prompts extend the previous prompt + action
+  (`extending_runs`): the chat view's rows where the template rewrote nothing, a new row where it did.
 
 Segments are packed into rows (first-fit decreasing); `segment_ids` number a row's segments from 1
 (0 is padding) and `positions` restart at 0 in each segment. The row length comes from `buckets` and
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from jgem.rollout.config import View
+from jgem.rollout.config import VIEWS, View
 from jgem.rollout.episode import Episode
 
 DEFAULT_BUCKETS = (128, 256, 512, 1024, 2048, 4096)
@@ -87,9 +89,28 @@ def episode_segments(
         elif view == "chat":
             if ep.num_turns:
                 segments.append(_build(ep, e, list(range(ep.num_turns)), advantages, returns, values))
+        elif view == "chat_per_turn":
+            for run in extending_runs(ep):
+                segments.append(_build(ep, e, run, advantages, returns, values))
         else:
-            raise ValueError(f"unknown view {view!r}; use 'per_turn' or 'chat'")
+            raise ValueError(f"unknown view {view!r}; use one of {', '.join(VIEWS)}")
     return segments
+
+
+def extending_runs(ep: Episode) -> list[list[int]]:
+    """The per-turn chat view's rows of an episode: runs of consecutive turns whose prompt extends the previous
+    turn's prompt and action (one row, as in the chat view); a turn whose prompt the template rewrote starts a new
+    row, since its action was sampled after that prompt."""
+    runs: list[list[int]] = []
+    end = np.zeros(0, np.int32)  # the last turn's prompt and action
+    for k, t in enumerate(ep.transitions):
+        prompt = ep.prompt_ids(k)
+        if runs and prompt.size >= end.size and np.array_equal(prompt[: end.size], end):
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+        end = np.concatenate([prompt, t.action_ids])
+    return runs
 
 
 def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segment:

@@ -8,8 +8,16 @@ from typing import Literal
 # The most extra rounds dynamic sampling may play in a step: the run's seed stream holds this many per step.
 MAX_RESAMPLE_ROUNDS = 64
 
-# The two multi-turn token layouts (`jgem.rollout.views`): one growing chat stream, or a fresh template per turn.
-View = Literal["chat", "per_turn"]
+# The multi-turn views (`jgem.rollout.views`): the chat's messages as one growing token stream (`chat`), rendered
+# afresh by the template every turn (`chat_per_turn`), or GEM's history text in one user message every turn
+# (`per_turn`).
+View = Literal["chat", "chat_per_turn", "per_turn"]
+VIEWS: tuple[str, ...] = ("chat", "chat_per_turn", "per_turn")
+
+
+class PromptBudgetError(ValueError):
+    """An episode's first prompt leaves no room for an action within the episode's token budget (the CLI prints it
+    as one line: it names the flags to raise)."""
 
 
 @dataclass(frozen=True)
@@ -25,7 +33,7 @@ class Sampling:
 @dataclass(frozen=True)
 class RolloutConfig:
     """How episodes are played. Token budgets: `max_new_tokens` per turn, `max_episode_tokens` per
-    episode (chat view: the whole stream; per-turn view: one prompt plus its action), which is also the length
+    episode (chat view: the whole stream; the per-turn views: one prompt plus its action), which is also the length
     of a KV-cache slot. `chunk_steps`: decode steps per chunk (between two looks at the envs);
     `extend_chunk`: the most tokens one prefill call takes per slot (longer prompts are prefilled in pieces)."""
 
@@ -49,8 +57,8 @@ class RolloutConfig:
     max_resample_rounds: int = 4
 
     def __post_init__(self) -> None:
-        if self.view not in ("chat", "per_turn"):
-            raise ValueError(f"RolloutConfig.view {self.view!r}; choose 'chat' or 'per_turn'")
+        if self.view not in VIEWS:
+            raise ValueError(f"RolloutConfig.view {self.view!r}; choose one of {', '.join(VIEWS)}")
         if self.max_new_tokens < 1 or self.max_episode_tokens <= self.max_new_tokens:
             raise ValueError(
                 f"need 1 <= max_new_tokens ({self.max_new_tokens}) < max_episode_tokens ({self.max_episode_tokens})"

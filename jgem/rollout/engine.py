@@ -19,7 +19,9 @@ depend on slots, chunks, arrival order or the pool's backend. `collect` plays a 
 and leaves nothing in flight, so a checkpoint between steps is exact.
 
 The per-turn view (GEM's fresh template every turn) runs on the same loop, but a turn's prompt is not a prefix
-of the next one: each turn is a fresh prefill into the slot.
+of the next one: each turn is a fresh prefill into the slot. The per-turn chat view renders the conversation afresh
+every turn too, but its prompt shares the previous prompt and action up to the template's first change: the slot
+keeps the keys and values of those tokens and prefills the rest.
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ from flax import nnx
 from jgem.envs.pool import EnvPool
 from jgem.models.config import ModelConfig
 from jgem.models.tokenizer import ChatFormat
-from jgem.rollout.config import RolloutConfig, Sampling
+from jgem.rollout.config import PromptBudgetError, RolloutConfig, Sampling
 from jgem.rollout.episode import Episode, Transition
 from jgem.rollout.slots import SlotEngine
-from jgem.rollout.views import first_prompt, observation_suffix, wrappers_for_view
+from jgem.rollout.views import common_prefix, first_prompt, observation_suffix, wrappers_for_view
 
 __all__ = ["EpisodeSpec", "RolloutEngine", "RolloutStats", "wrappers_for_view"]
 
@@ -393,10 +395,13 @@ class RolloutEngine:
             return
         ep.stream, ep.num_messages = first_prompt(self.chat, self.cfg.view, obs)
         if len(ep.stream) + self.cfg.max_new_tokens > self.cfg.max_episode_tokens:
-            raise ValueError(
-                f"the first prompt of episode {ep.spec.episode_id} has {len(ep.stream)} tokens, which leaves no room "
-                f"for {self.cfg.max_new_tokens} new tokens within max_episode_tokens="
-                f"{self.cfg.max_episode_tokens}; raise max_episode_tokens"
+            new, budget = "--rollout.max-new-tokens", "--rollout.max-episode-tokens"
+            env = f"{self.env_name}, " if self.env_name else ""
+            raise PromptBudgetError(
+                f"the first prompt of episode {ep.spec.episode_id} has {len(ep.stream)} tokens ({env}seed "
+                f"{ep.spec.seed}), which leaves no room for {new} {self.cfg.max_new_tokens} within "
+                f"{budget} {self.cfg.max_episode_tokens} (RolloutConfig.max_episode_tokens); raise {budget} (each "
+                "later turn needs room too)"
             )
         ep.cached, ep.prefix_key = 0, None
         self._begin_turn(ep)
@@ -405,7 +410,7 @@ class RolloutEngine:
         cfg, chat, ep = self.cfg, self.chat, self._live[i]
         action = ep.action
         stopped = chat.ends_with_stop(action)
-        per_turn = cfg.view == "per_turn"
+        per_turn = cfg.view != "chat"  # each turn owns its prompt (the per-turn views)
         ep.transitions.append(
             Transition(
                 ep.spec.episode_id,
@@ -431,17 +436,19 @@ class RolloutEngine:
         next_prompt = None
         if not terminated and not fault:  # the state the episode goes on in (or was cut in)
             if per_turn:
-                next_prompt = first_prompt(chat, "per_turn", obs)[0]
+                next_prompt = first_prompt(chat, cfg.view, obs)[0]
             else:  # appended in place (copying the stream every turn would be quadratic in its length)
                 ep.stream += observation_suffix(chat, ep.num_messages, action, obs)
                 next_prompt = ep.stream
         if not done:
-            ep.stream = next_prompt
-            if per_turn:
-                ep.num_messages = 0
+            if cfg.view == "chat_per_turn":  # the slot keeps the keys and values up to the template's first change
+                ep.cached = min(ep.cached, common_prefix(ep.stream, next_prompt), len(next_prompt) - 1)
+                if ep.prefix_key is not None and ep.cached < len(ep.prefix_key[-1]):
+                    ep.prefix_key = None
+            elif per_turn:
                 ep.cached, ep.prefix_key = 0, None
-            else:
-                ep.num_messages = len(obs)
+            ep.stream = next_prompt
+            ep.num_messages = 0 if cfg.view == "per_turn" else len(obs)
             if len(ep.stream) + cfg.max_new_tokens > cfg.max_episode_tokens:
                 self.stats.budget_truncations += 1
                 done, truncated = True, True
@@ -492,7 +499,7 @@ class RolloutEngine:
             todo = ep.stream[ep.cached : -1]
             self.stats.recomputed_tokens += ep.redo  # the positions a publication dropped, computed again now
             ep.redo = 0
-            if ep.cached == 0 and not ep.transitions and not ep.action and self.cfg.view == "chat":
+            if ep.cached == 0 and not ep.transitions and not ep.action and self.cfg.view != "per_turn":
                 # the keys and values of one policy version's first prompt of a group (of one step's stream)
                 ep.prefix_key = (ep.version, ep.play.stream, ep.spec.group_id, tuple(ep.stream))
                 src = holders.get((ep.prefix_key, shard(i)))

@@ -268,6 +268,40 @@ def test_chat_view_conditions_each_action_token_like_per_turn(eps):
     assert chat.metrics["batch/tokens"] <= per_turn.metrics["batch/tokens"]
 
 
+@settings(max_examples=40, deadline=None)
+@given(eps=chat_episodes(), data=st.data())
+def test_the_per_turn_chat_view_conditions_each_action_token_on_its_own_prompt(eps, data):
+    """The per-turn chat view's episodes own their prompts, some rewritten by the template (a token of an earlier
+    turn changed): every action token keeps the context, advantage and log-prob it has alone (the per-turn view), a
+    row runs on only while the prompts extend, and with nothing rewritten the rows are the chat view's."""
+    K = max(e.num_turns for e in eps)
+    adv = np.random.default_rng(0).normal(size=(len(eps), K)).astype(np.float32)
+    owned = [owning_prompts(e) for e in eps]
+    rows = lambda p: int(p.arrays["segment_ids"].max(axis=1).sum())
+    same = build_batch(owned, adv, view="chat_per_turn", buckets=(64,))
+    assert rows(same) == len(eps) and _action_contexts(same.arrays) == _action_contexts(
+        build_batch(eps, adv, view="chat", buckets=(64,)).arrays
+    )
+    rewritten = 0
+    for e, ep in enumerate(owned):
+        for k in range(1, ep.num_turns):
+            if data.draw(st.booleans(), label=f"rewrite episode {e} turn {k}"):
+                # a token before turn k's observation changes from turn k on (a new value: no drawn token is >= 100)
+                prev = ep.transitions[k - 1]
+                at = data.draw(st.integers(0, prev.prompt_len + prev.action_ids.size - 1))
+                rewritten += 1
+                for j in range(k, ep.num_turns):
+                    t = ep.transitions[j]
+                    prompt = t.prompt_ids.copy()
+                    prompt[at] = 99 + rewritten
+                    ep.transitions[j] = dataclasses.replace(t, prompt_ids=prompt)
+    p = build_batch(owned, adv, view="chat_per_turn", buckets=(64,))
+    assert _action_contexts(p.arrays) == _action_contexts(
+        build_batch(owned, adv, view="per_turn", buckets=(64,)).arrays
+    )
+    assert rows(p) == len(eps) + rewritten
+
+
 def test_chatformat_episodes_pack_in_both_views():
     """Episodes recorded with ChatFormat on a real game pack in the chat view; loss tokens decode to the actions."""
     import jgem

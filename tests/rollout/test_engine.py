@@ -23,6 +23,7 @@ from jgem.rollout.config import RolloutConfig, Sampling
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.scripted import scripted_episodes
 from jgem.rollout.slots import SlotEngine
+from jgem.rollout.views import common_prefix
 from jgem.sharding.config import MeshConfig
 from jgem.sharding.mesh import make_mesh
 from tests.rollout import mp_engine_worker as worker
@@ -149,7 +150,7 @@ def test_extensions_equal_one_fresh_prefill(setup):
         np.testing.assert_allclose(lps[b], np.asarray(ref)[0, full.size - 6 : full.size], atol=2e-5)
 
 
-@pytest.mark.parametrize("view", ["chat", "per_turn"])
+@pytest.mark.parametrize("view", ["chat", "chat_per_turn", "per_turn"])
 def test_learner_sees_exactly_the_sampled_tokens(setup, played, view):
     """Behaviour log-probs recomputed by the learner on the packed batch equal the sampler's: the batch holds
     exactly the sampled action tokens, in exactly the context the model was conditioned on."""
@@ -167,6 +168,72 @@ def test_learner_sees_exactly_the_sampled_tokens(setup, played, view):
         prompt_tokens = stats.stream_tokens - stats.action_tokens
         assert stats.prefill_tokens + stats.shared_prefix_tokens == prompt_tokens + stats.turns - len(eps)
         assert all(t.prompt_ids is None for e in eps for t in e.transitions)
+    if view == "chat_per_turn":  # a prompt of its own every turn (most random actions are cut, shown as "")
+        assert all(t.prompt_ids is not None for e in eps for t in e.transitions)
+        prompts = sum(e.prompt_ids(k).size for e in eps for k in range(e.num_turns))
+        assert stats.prefill_tokens + stats.shared_prefix_tokens < prompts // 2  # the slots kept most of them
+
+
+def test_the_per_turn_chat_view_trains_the_chat_views_rows_where_nothing_is_rewritten(setup):
+    """The solver's actions (each ends with its stop token) under an append-only template: every prompt extends the
+    last, so the per-turn chat view's batch is the chat view's, token for token."""
+    _, chat, *_ = setup
+    specs = [EpisodeSpec(i, i, 40 + i) for i in range(4)]
+    batches = []
+    for view in ("chat", "chat_per_turn"):
+        eps = scripted_episodes(GUESS, specs, chat, view=view, max_turns=6)
+        assert sum(e.num_turns for e in eps) > len(eps)
+        adv = np.arange(len(eps) * 6, dtype=np.float32).reshape(len(eps), 6)
+        batches.append(build_batch(eps, adv, view=view, pad_id=chat.pad_id).arrays)
+    assert batches[0].keys() == batches[1].keys()
+    for key in batches[0]:
+        np.testing.assert_array_equal(batches[0][key], batches[1][key], err_msg=key)
+
+
+def test_the_per_turn_chat_view_follows_a_template_that_rewrites_history(setup):
+    """Qwen3's template with thinking off writes an empty think block in each generation prompt and drops it from the
+    earlier turns: every prompt of the per-turn chat view is the template's rendering of the conversation so far,
+    the slot keeps the keys and values up to the first changed token, and the learner's log-probs on the rows (a new
+    row where a prompt was rewritten) equal the sampler's."""
+    from tests.tools.native_tools import TEMPLATES
+
+    _, _, cfg, model = setup
+    tok = load_tokenizer()
+    tok.chat_template = (TEMPLATES / "qwen3.jinja").read_text()
+    chat = ChatFormat(tok, enable_thinking=False)
+    assert chat.rewrites_history and not chat.append_only
+    rcfg = RolloutConfig(view="chat_per_turn", max_new_tokens=8, temperature=1.0)
+    with EnvPool(ENV, 3, backend="inline", wrappers=wrappers_for_view("chat_per_turn")) as pool:
+        engine = RolloutEngine(cfg, pool, chat, rcfg, env_name=ENV)
+        eps = engine.collect(model, [EpisodeSpec(i, i, 100 + i) for i in range(3)], jax.random.key(0), max_turns=4)
+    stats = engine.stats
+    env = wrappers_for_view("chat_per_turn")[0](TalkEnv())
+    for e in eps:  # replay each episode's actions: every prompt is the template's rendering of the messages so far
+        obs, _ = env.reset(seed=e.seed)
+        for k, t in enumerate(e.transitions):
+            assert e.prompt_ids(k).tolist() == chat.start(obs), f"episode {e.episode_id} turn {k}"
+            ids = t.action_ids.tolist()
+            obs, *_ = env.step(chat.action_text(ids) if chat.ends_with_stop(ids) else rcfg.invalid_action)
+    turns = sum(e.num_turns for e in eps)
+    # the template rewrote every later prompt (the empty think block); each turn prefills from its first change
+    kept = 0
+    for e in eps:
+        for k in range(1, e.num_turns):
+            before = np.concatenate([e.prompt_ids(k - 1), e.transitions[k - 1].action_ids]).tolist()
+            now = e.prompt_ids(k).tolist()
+            assert before[: len(now)] != now  # rewritten
+            kept += min(common_prefix(before, now), len(before) - 1, len(now) - 1)
+    prompts = sum(e.prompt_ids(k).size for e in eps for k in range(e.num_turns))
+    assert stats.shared_prefix_tokens == 0 and turns > len(eps) and kept > prompts // 3
+    assert (
+        stats.prefill_tokens == prompts - kept
+    )  # (the prefill count includes each prompt's last token, fed by decode)
+    adv = np.zeros((len(eps), max(e.num_turns for e in eps)), np.float32)
+    a = build_batch(eps, adv, view="chat_per_turn", pad_id=chat.pad_id).arrays
+    assert a["segment_ids"].max(axis=1).sum() == turns  # every turn a row of its own
+    lp, _ = _logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
+    m = a["loss_mask"]
+    np.testing.assert_allclose(np.asarray(lp)[m], a["old_logprobs"][m], atol=2e-4)
 
 
 def test_chat_stream_grows_by_action_and_observation_tokens(setup, played):
