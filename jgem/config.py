@@ -286,10 +286,12 @@ def cli_flag(path: str) -> str:
     return "--" + path.replace("_", "-")
 
 
-_FIELD = "\x1f"  # marks a field path inside a ConfigError message: `_field("warm_start.steps")`
+_FIELD = "\x1f"  # marks a field path inside a ConfigError message: `field_ref("warm_start.steps")`
 
 
-def _field(path: str) -> str:
+def field_ref(path: str) -> str:
+    """A TrainConfig field path inside a `ConfigError` message: `str()` writes it as the path, `render()` as the
+    flag that sets it, so checks outside this module (jgem/train/run.py, the rollout engine) name flags too."""
     return f"{_FIELD}{path}{_FIELD}"
 
 
@@ -431,12 +433,46 @@ def _algorithm_errors(algorithm) -> list[str]:
     return errors
 
 
+def run_dir_errors(run_dir: str, name: Any = _plain) -> list[str]:
+    """A run directory that training could not create or write: a file on its path, or a directory without write
+    access. A run finds out before it builds anything, not at its first write once the model is built. Not part of
+    `validate`: evaluation and export read a run directory that they never write to."""
+    import os
+
+    path = Path(run_dir)
+    existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        what = "is" if existing == path else f"is inside {existing}, which is"
+        return [f"{name('run_dir')} {run_dir} {what} not a directory; choose another {name('run_dir')}"]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == path else f" (its nearest existing directory {existing})"
+        return [f"{name('run_dir')} {run_dir} is not writable{where}; choose a directory you can write to"]
+    return []
+
+
+def pipeline_warnings(cfg: TrainConfig, name: Any = _plain) -> list[str]:
+    """Pipeline settings that run but defeat their purpose: a pipeline that may play steps ahead with fewer envs
+    (the engine's slots) than a step's episodes, which hold every slot, so little or nothing plays ahead."""
+    pipe = cfg.pipeline
+    knob = "pipeline.lag" if pipe.mode == "off_policy" else "pipeline.max_staleness"
+    ahead = {"off_policy": pipe.lag, "async": pipe.max_staleness, "stream": pipe.max_staleness}.get(pipe.mode, 0)
+    envs, episodes = cfg.env.num_envs, cfg.episodes_per_step
+    if not (isinstance(ahead, int) and ahead > 0 and envs < episodes):
+        return []
+    return [
+        f"{name('pipeline.mode')} {pipe.mode} with {name('env.num_envs')} {envs}, fewer than "
+        f"{name('episodes_per_step')} {episodes}: a step's own episodes hold every env, so little or nothing plays "
+        f"ahead (staleness stays near 0); give the steps ahead envs of their own: {name('env.num_envs')} "
+        f"{(1 + ahead) * episodes} ((1 + {name(knob)} {ahead}) x {episodes})"
+    ]
+
+
 def validate(cfg: TrainConfig, num_devices: int) -> None:
     """Fail fast, before anything compiles, on a config that cannot run: a `ConfigError` (a ValueError) whose
     messages say what to change."""
     from jgem.registry import import_modules, spec
 
-    f = _field
+    f = field_ref
     try:
         import_modules(cfg.env.imports)  # before the env id is looked up
     except ImportError as e:

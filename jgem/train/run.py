@@ -1,9 +1,11 @@
 """The composition root: everything a run plays episodes with, built once from a `TrainConfig`.
 
-`Run(cfg)` builds the mesh, the curriculum, the chat format, the policy (and PPO's critic), the learner state
-placed on the mesh, the env pool and the rollout engine, and plays a step's episodes (`collect`). With
-`optimizer=False` the state holds no optimizer moments (evaluation and export: a checkpoint's policy restores into
-it, `restore_policy`, without reading the optimizer's share of the checkpoint).
+`Run(cfg)` first refuses a config that cannot run (`validate`; for a run that trains, also a run dir it cannot
+write and a token budget the first episode's prompt fills), each mistake a `ConfigError` naming its flag, then
+builds the chat format, the mesh, the curriculum, the policy (and PPO's critic), the learner state placed on the
+mesh, the env pool and the rollout engine, and plays a step's episodes (`collect`). With `optimizer=False` the state
+holds no optimizer moments (evaluation and export: a checkpoint's policy restores into it, `restore_policy`, without
+reading the optimizer's share of the checkpoint).
 """
 
 from __future__ import annotations
@@ -22,9 +24,19 @@ from flax import nnx
 from jgem.algos.algorithms import get_algorithm
 from jgem.algos.critic import make_critic
 from jgem.algos.learner import TrainState, init_train_state
-from jgem.config import EnvConfig, TrainConfig, validate
+from jgem.config import (
+    ConfigError,
+    EnvConfig,
+    TrainConfig,
+    cli_flag,
+    field_ref,
+    pipeline_warnings,
+    run_dir_errors,
+    validate,
+)
 from jgem.curriculum import Curriculum
 from jgem.envs.pool import EnvPool
+from jgem.envs.pool_commands import EnvFactory
 from jgem.envs.with_tools import tool_schemas, tool_wrapper
 from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import load_pretrained
@@ -33,6 +45,7 @@ from jgem.models.transformer import Transformer, init_model
 from jgem.rollout.config import MAX_RESAMPLE_ROUNDS
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.episode import Episode
+from jgem.rollout.views import first_prompt
 from jgem.sharding.mesh import split_meshes
 from jgem.sharding.publish import Publisher
 from jgem.sharding.rules import tree_shardings
@@ -40,6 +53,7 @@ from jgem.train.roles import Roles
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
 RESAMPLE_SEED_OFFSET = 2_000_000_000  # nor do the seeds of dynamic sampling's extra rounds (jgem.train.dynamic)
+SEED_STRIDE = 7_919_000  # run seed s numbers its episodes' seeds from s x this (`Run.specs`)
 log = logging.getLogger(__name__)
 MAX_TURNS_CAP = 1000  # with no curriculum, the env's own limit applies; this only bounds a runaway env
 
@@ -64,10 +78,26 @@ class Run:
     """A run's pieces, built from `cfg` (see the module docstring)."""
 
     def __init__(self, cfg: TrainConfig, *, optimizer: bool = True) -> None:
-        validate(cfg, jax.device_count())
+        # a run that trains (`optimizer`) writes its run dir: one it cannot write is refused with the config's
+        # other errors, before anything is built (evaluation and export only read theirs)
+        problems = run_dir_errors(cfg.run_dir, field_ref) if optimizer else []
+        try:
+            validate(cfg, jax.device_count())
+        except ConfigError as e:
+            raise ConfigError(e.problems + problems) from None
+        if problems:
+            raise ConfigError(problems)
+        if optimizer:
+            for warning in pipeline_warnings(cfg, cli_flag):
+                log.warning(warning)
         self.cfg = cfg
         self.algorithm = get_algorithm(cfg.algorithm)
         self.run_dir = Path(cfg.run_dir)
+        # the chat format and the first prompt's token budget are config checks too: before the mesh and the model
+        tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path)
+        self.chat = chat_format(cfg, tokenizer)
+        if optimizer:
+            check_first_prompt(cfg, self.chat)
         # the learner's mesh and the sampler's: the same one, or with --mesh.rollout-devices disjoint devices
         self.mesh, self.rollout_mesh = split_meshes(cfg.mesh)
         # which processes play and which train: all of them both, or (a role split) whole processes a side
@@ -79,9 +109,6 @@ class Run:
         )
         self.env_max_turns = None if cfg.env.backend == "remote" else env_turn_limit(cfg.env.env_id, cfg.env.env_kwargs)
 
-        tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path)
-        system = cfg.env.system_prompt if cfg.rollout.view == "per_turn" else None
-        self.chat = ChatFormat(tokenizer, system=system, tools=tool_schemas(cfg.env))
         model, critic, self.model_cfg = build_models(
             cfg, tokenizer, self.mesh, critic=optimizer and self.algorithm.critic
         )
@@ -127,7 +154,7 @@ class Run:
             num_workers=env.num_workers,
             step_timeout=env.step_timeout,
             env_kwargs=dict(env.env_kwargs),
-            wrappers=tool_wrapper(env) + tuple(wrappers_for_view(self.cfg.rollout.view, env.system_prompt)),
+            wrappers=pool_wrappers(env, self.cfg.rollout.view),
             remote_urls=env.remote_urls,
             remote_token=env.read_remote_token(),  # read here, never kept in the config
             imports=env.imports,
@@ -196,9 +223,9 @@ class Run:
         # of one process playing all of them.
         procs = jax.process_count()
         first, count = self.roles.share(n, side="sampler")
-        base = (EVAL_SEED_OFFSET if eval else 0) + cfg.seed * 7_919_000 + (0 if eval else step * n * procs)
+        base = (EVAL_SEED_OFFSET if eval else 0) + cfg.seed * SEED_STRIDE + (0 if eval else step * n * procs)
         if round:
-            base = RESAMPLE_SEED_OFFSET + cfg.seed * 7_919_000 + (step * MAX_RESAMPLE_ROUNDS + round - 1) * n * procs
+            base = RESAMPLE_SEED_OFFSET + cfg.seed * SEED_STRIDE + (step * MAX_RESAMPLE_ROUNDS + round - 1) * n * procs
         ids = round * n * procs  # the ids of a round's episodes come after those of the step's earlier rounds
         return [EpisodeSpec(ids + i, group_id=(ids + i) // g, seed=base + i // g) for i in range(first, first + count)]
 
@@ -239,6 +266,80 @@ class Run:
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
+
+
+def pool_wrappers(env: EnvConfig, view: str) -> tuple[Callable[[Any], Any], ...]:
+    """The wrappers around each of the pool's envs: the run's tools, then what the chat view needs."""
+    return tool_wrapper(env) + tuple(wrappers_for_view(view, env.system_prompt))
+
+
+def chat_format(cfg: TrainConfig, tokenizer: Any) -> ChatFormat:
+    """The run's ChatFormat. A template it refuses (none, or one that does not list the tools of a native tool-call
+    format), or one the chat view cannot follow (it does not extend its own rendering of a chat by the next turn:
+    the chat view would refuse the first observation), is a `ConfigError` naming the flags that chose the tokenizer,
+    the format and the view."""
+    system = cfg.env.system_prompt if cfg.rollout.view == "per_turn" else None
+    tools = tool_schemas(cfg.env)
+    if cfg.model.tokenizer_path or not cfg.model.path:
+        source = f"{field_ref('model.tokenizer_path')} {cfg.model.tokenizer_path or 'None (the tiny tokenizer)'}"
+    else:
+        source = f"{field_ref('model.path')} {cfg.model.path}"
+    try:
+        chat = ChatFormat(tokenizer, system=system, tools=tools)
+    except ValueError as e:
+        if tools:
+            source = f"{field_ref('env.tool_format')} {cfg.env.tool_format} with {source}"
+        raise ConfigError([f"{source}: {e}"]) from None
+    if cfg.rollout.view == "chat" and not chat.append_only:
+        view = field_ref("rollout.view")
+        raise ConfigError(
+            [
+                f"{view} chat with {source}: its chat template renders a chat's earlier turns or generation prompt "
+                "otherwise once the next turn follows (Qwen3's with thinking off drops the empty <think> block of "
+                "every earlier generation prompt), so the chat view's append-only stream would leave it at the first "
+                f"observation; use {view} chat_per_turn (the conversation rendered afresh every turn, as a server "
+                "does: docs/tools.md)"
+            ]
+        )
+    return chat
+
+
+def check_first_prompt(cfg: TrainConfig, chat: ChatFormat) -> None:
+    """Refuse a token budget the first episode's prompt already fills, before the model is built: one env, built
+    as the pool builds its first, reset with the run's first seed, and its prompt built as the engine builds it (on
+    the remote backend: one create, reset and close on the first server). An env that fails here is left to the
+    pool, which counts its faults; the engine refuses any later first prompt that does not fit, as a ConfigError."""
+    env, rollout = cfg.env, cfg.rollout
+    factory = EnvFactory(env.env_id, dict(env.env_kwargs), pool_wrappers(env, rollout.view), imports=env.imports)
+    if env.backend == "remote":
+        urls = env.remote_urls
+        factory = dataclasses.replace(
+            factory,
+            remote_url=urls[0],
+            remote_token=env.read_remote_token(),
+            remote_timeout=env.step_timeout or 30.0,
+            remote_fallbacks=tuple(urls[1:]),
+        )
+    seed = cfg.seed * SEED_STRIDE
+    try:
+        one = factory()
+        try:
+            obs, _ = one.reset(seed=seed)
+        finally:
+            one.close()
+    except Exception as e:  # noqa: BLE001 - the pool meets it again and reports it as a fault
+        log.info("the first prompt's token budget is not checked: %s failed to reset (%s)", env.env_id, e)
+        return
+    tokens = len(first_prompt(chat, rollout.view, obs)[0])
+    if tokens + rollout.max_new_tokens > rollout.max_episode_tokens:
+        budget, new = field_ref("rollout.max_episode_tokens"), field_ref("rollout.max_new_tokens")
+        raise ConfigError(
+            [
+                f"the first prompt of {env.env_id} (seed {seed}) has {tokens} tokens, which leaves no room for {new} "
+                f"{rollout.max_new_tokens} within {budget} {rollout.max_episode_tokens}; raise {budget} well above "
+                f"{tokens + rollout.max_new_tokens} (other seeds' prompts may be longer, and each turn adds to them)"
+            ]
+        )
 
 
 def build_models(
