@@ -103,6 +103,57 @@ def nested_value_error(text: str) -> str | None:
     return message
 
 
+PROG = "python -m experiments.train"  # the usage line's command (tyro's default: this file's absolute path)
+
+
+def _boxed(template: str, content: str) -> str:
+    """`content` in place of `template`'s text, at its indent and inside its box if it has one (`content` is no
+    longer, so the box keeps its width)."""
+    if "│" not in template:  # tyro's plain layout (no box: stderr is not a terminal that takes it)
+        return template[: len(template) - len(template.lstrip())] + content + "\n"
+    left, right = template.index("│") + 1, template.rindex("│")
+    indent = len(template[left:right]) - len(template[left:right].lstrip())
+    return template[:left] + (" " * indent + content).ljust(right - left) + template[right:]
+
+
+def one_entry_per_flag(text: str, preset: str | None) -> str:
+    """tyro's "Perhaps you meant" box with each flag once. tyro lists a flag's help once per variant among the
+    presets (`(default: 60)` `in <prog> tiny --help`, `(default: 500)` `in <prog> qwen3-1.7b-games --help`, ...);
+    this keeps the variant of `preset` (the one on the command line) without its `in` lines, or without a preset
+    the first variant, naming its preset."""
+    lines = text.splitlines(keepends=True)
+    inner = lambda line: line.rstrip().removesuffix("│").rstrip()[2:]  # the content, boxed or not, and its indent
+    where = re.compile(r"^ {8}in .* (\S+) --help$")  # tyro's `in <prog> <preset> --help`
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        i += 1
+        if not inner(out[-1]).startswith("    -"):
+            continue
+        # the flag's lines: variants, each its help lines, then the `in` lines of the presets sharing it
+        variants: list[tuple[list[str], list[tuple[str, str]]]] = []
+        while i < len(lines) and inner(lines[i]).startswith(" " * 8):
+            m = where.match(inner(lines[i]))
+            if not variants or (m is None and variants[-1][1]):
+                variants.append(([], []))
+            if m is None:
+                variants[-1][0].append(lines[i])
+            else:
+                variants[-1][1].append((m.group(1), lines[i]))
+            i += 1
+        if i < len(lines) and inner(lines[i]) == "    [...]":  # tyro's mark for more variants of this flag
+            i += 1
+        if not variants:
+            continue
+        mine = [v for v in variants if any(p == preset for p, _ in v[1])]
+        out += mine[0][0] if mine else variants[0][0]
+        if not mine and variants[0][1]:
+            name, line = variants[0][1][0]
+            out.append(_boxed(line, f"in preset {name}"))
+    return "".join(out)
+
+
 def parse(args: Sequence[str]) -> Any:
     """The TrainConfig of `args` (a preset, then overrides) through tyro, as `main` builds it; a nested config's
     ValueError comes back as a one-line error naming flags."""
@@ -114,12 +165,13 @@ def parse(args: Sequence[str]) -> Any:
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            cfg = tyro.extras.overridable_config_cli(PRESETS, args=list(args))
+            cfg = tyro.extras.overridable_config_cli(PRESETS, prog=PROG, args=list(args))
     except SystemExit as e:
         message = nested_value_error(err.getvalue()) if e.code not in (0, None) else None
         if message is not None:
             fail(message)
-        sys.stderr.write(err.getvalue())
+        preset = args[0] if args and args[0] in PRESETS else None
+        sys.stderr.write(one_entry_per_flag(err.getvalue(), preset))
         raise
     sys.stderr.write(err.getvalue())
     return cfg
@@ -218,11 +270,14 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from jgem.checkpoint import ConfigMismatchError, CorruptCheckpointError
     from jgem.config import ConfigError
-    from jgem.sharding.mesh import exit_at_once_on_error
+    from jgem.models.tokenizer import TemplateRewriteError
+    from jgem.rollout.config import PromptBudgetError
+    from jgem.sharding.mesh import exit_at_once_on_error, log_to_run_dir
     from jgem.train import train
 
-    # several processes: an unexpected error ends this one at once (its peers then stop); the errors below exit
-    # with their message (every process meets them alike)
+    log_to_run_dir(cfg.run_dir)  # several processes: XLA's own messages and tracebacks to <run_dir>/logs/
+    # Ctrl-C ends on one line (where, how to resume); several processes: an unexpected error ends this one at once
+    # on one line (its peers then stop); the errors below exit with their message (every process meets them alike)
     with exit_at_once_on_error():
         try:
             train(cfg)  # Trainer's first act is validate(cfg): a ConfigError comes before anything is built
@@ -231,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         except ConfigMismatchError as e:
             fail(mismatch_message(e, cfg))
         except CorruptCheckpointError as e:
+            fail(str(e))
+        except (PromptBudgetError, TemplateRewriteError) as e:  # the config does not fit what an episode met
             fail(str(e))
 
 

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import io
 import logging
 import os
+import re
 import sys
+import threading
 import time
 import traceback
+from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -78,27 +84,300 @@ def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> 
 
 
 EXIT_GRACE_S = 10.0  # process 0's wait before it ends on an error (the others poll for errors once a second)
+BEAT_S = 1.0  # how often each process of several says it is alive (`_beat`)
+STOP_KEY = "jgem/stop"  # the coordinator's key-value store: why the run stops (the first process to say wins)
+
+
+class RunStopped(RuntimeError):
+    """Another process of the run posted why the run stops (`post_stop`); this one stops with it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the run stopped because {reason}")
+        self.reason = reason
+
+
+@dataclasses.dataclass
+class RunState:
+    """What a process of a run is doing, where its checkpoints are and where its log goes: what the one line a
+    stopped process ends on says (`stop_line`). The trainer keeps `doing` and `checkpoints` up to date."""
+
+    doing: str = "while starting"
+    step: int | None = None  # the step in progress (1-based), once training
+    checkpoints: Path | None = None
+    log: Path | None = None  # this process's log file (several processes: `log_to_run_dir`)
+    console: Any = None  # the terminal's stderr, kept apart from the log
+    reason: str | None = None  # a stop reason another process posted, as last seen (`_beat`)
+    stopping: bool = False
+    said: bool = False  # the one line is out
+
+
+RUN = RunState()
+
+
+def log_to_run_dir(run_dir: str | Path) -> Path | None:
+    """Several processes: this process's stdout and stderr file descriptors go to `<run_dir>/logs/process-<i>.log`
+    (XLA's and gloo's own messages, a fatal error's C++ stack, tracebacks), Python's `sys.stdout` and `sys.stderr` to
+    both that file and the terminal (warnings, progress, jgem's messages; a traceback the log's alone); a stopped
+    process's one line goes to the terminal (`exit_at_once_on_error`). The log's path; None in one process (nothing
+    changes). Idempotent."""
+    if jax.process_count() == 1:
+        return None
+    if RUN.log is not None:
+        return RUN.log
+    path = Path(run_dir) / "logs" / f"process-{jax.process_index()}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    old = sys.stderr
+    log_file = open(path, "a", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115 (the process's)
+    terminal = [os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace") for fd in (1, 2)]
+    RUN.console = terminal[1]
+    read, write = os.pipe()
+    os.dup2(write, 1)
+    os.dup2(write, 2)
+    os.close(write)
+    threading.Thread(target=_relay, args=(read, path), name="jgem-stderr", daemon=True).start()
+    sys.stdout, sys.stderr = _Tee(terminal[0], log_file), _Tee(terminal[1], log_file)
+    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        for h in getattr(logger, "handlers", []):  # handlers made before (absl's) wrote to the old sys.stderr
+            if isinstance(h, logging.StreamHandler) and h.stream is old:
+                h.setStream(sys.stderr)
+    RUN.log = path
+    return path
+
+
+class _Tee(io.TextIOBase):
+    """`sys.stdout` / `sys.stderr` of a process whose descriptors go to its log: to the terminal and the log."""
+
+    def __init__(self, console: Any, log_file: Any) -> None:
+        self.console, self.log_file = console, log_file
+
+    def write(self, text: str) -> int:
+        if "Traceback (most recent call last)" not in text:  # a logged error's traceback: the log's alone
+            with contextlib.suppress(OSError, ValueError):
+                self.console.write(text)
+        self.log_file.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.console.flush()
+        self.log_file.flush()
+
+    def isatty(self) -> bool:
+        return self.console.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.console.encoding
+
+    def fileno(self) -> int:
+        return self.console.fileno()
+
+
+def resume_advice() -> str:
+    """What to type to go on: the run's last checkpoint on disk, which the same command resumes from."""
+    from jgem.checkpoint import committed_steps
+
+    steps = committed_steps(RUN.checkpoints) if RUN.checkpoints is not None else []
+    if not steps:
+        return "no checkpoint was saved yet: rerun the same command to start the run again"
+    last = RUN.checkpoints / str(steps[-1])
+    return f"rerun the same command to resume from the last checkpoint, {last}/ (step {steps[-1]})"
+
+
+def stop_line(why: str) -> str:
+    """The one line a process of several ends on: which process, what it was doing, why, how to resume, where the
+    details are."""
+    me, n = jax.process_index(), jax.process_count()
+    where = f"; details in {RUN.log}" if RUN.log is not None else ""
+    return f"jgem: process {me} of {n} stopped {RUN.doing}: {why}; {resume_advice()}{where}"
+
+
+def _say(line: str) -> None:
+    """`line` on the terminal (and in the log, where there is one)."""
+    RUN.said = True
+    sys.stdout.flush()
+    if RUN.console is not None:
+        sys.stderr.write(line + "\n")
+    else:
+        print(line, file=sys.stderr, flush=True)
+    sys.stderr.flush()
+
+
+def _client() -> Any:
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+def post_stop(reason: str) -> None:
+    """Tell every process why the run stops (`reason`: "process 3 failed: ..."); the first reason posted stays."""
+    with contextlib.suppress(Exception):  # another process posted first, or the coordinator is gone
+        _client().key_value_set(STOP_KEY, reason)
+
+
+def stop_reason() -> str | None:
+    """Why the run stops, as a process posted it (`post_stop`); None while it goes on."""
+    try:
+        return _client().key_value_try_get(STOP_KEY)
+    except Exception:  # none posted
+        return None
+
+
+def _beat() -> None:
+    """A thread: this process's beat counter in the coordinator's store every `BEAT_S` (a process whose counter
+    stands still is gone: `dead_processes`), and the posted stop reason, read while the coordinator is there."""
+    client, me, n = _client(), jax.process_index(), 0
+    while True:
+        with contextlib.suppress(Exception):
+            client.key_value_set(f"jgem/alive/{me}", str(n), allow_overwrite=True)
+            n += 1
+        if RUN.reason is None:
+            RUN.reason = stop_reason()
+        time.sleep(BEAT_S)
+
+
+def dead_processes() -> list[int]:
+    """The other processes whose beat stood still over 2.5 beats and that did not say they were stopping; [0] where
+    the coordinator (process 0's) cannot be reached."""
+    client, me = _client(), jax.process_index()
+    try:
+        before = dict(client.key_value_dir_get("jgem/alive"))
+        time.sleep(2.5 * BEAT_S)
+        after = dict(client.key_value_dir_get("jgem/alive"))
+        stopping = {k.rsplit("/", 1)[1] for k, _ in client.key_value_dir_get("jgem/stopping")}
+    except Exception:
+        return [0] if me != 0 else []
+    now = {k.rsplit("/", 1)[1]: v for k, v in after.items()}
+    then = {k.rsplit("/", 1)[1]: v for k, v in before.items()}
+    others = [str(i) for i in range(jax.process_count()) if i != me]
+    return [int(i) for i in others if i not in stopping and now.get(i) == then.get(i)]
+
+
+def _died(ids: list[int]) -> str:
+    if ids == [0]:
+        return "process 0 (which hosts the coordinator) died or cannot be reached"
+    return f"process {ids[0]} died" if len(ids) == 1 else f"processes {', '.join(map(str, ids))} died"
+
+
+# what XLA logs (then aborts) when jax's coordinator reports a lost process, or cannot be reached
+XLA_FATAL = b"Terminating process because the JAX distributed service detected fatal errors"
+
+
+def _relay(read: int, path: Path) -> None:
+    """A thread: what the process writes to its stderr descriptor (XLA, gloo, absl) into its log file. On XLA's fatal
+    message for a lost process (`XLA_FATAL`; XLA aborts next, once its C++ stack is written), jgem's line on the
+    terminal (`_heartbeat_lost`) and the process ends first."""
+    log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    seen = b""
+    while chunk := os.read(read, 1 << 16):
+        os.write(log, chunk)
+        seen = (seen + chunk)[-4096:]
+        if XLA_FATAL in seen:
+            time.sleep(0.05)  # the rest of the message (the status names the lost process)
+            with contextlib.suppress(BlockingIOError, OSError):
+                os.set_blocking(read, False)
+                if more := os.read(read, 1 << 16):
+                    os.write(log, more)
+                    seen += more
+            os.set_blocking(read, True)
+            _heartbeat_lost(seen[seen.index(XLA_FATAL) :].decode(errors="replace"))
+            seen = b""
+
+
+def _heartbeat_lost(status: str) -> None:
+    """jax's coordinator reports a lost process (XLA then logs a fatal error with its C++ stack and aborts): jgem's
+    line to the terminal, exit."""
+    if RUN.said:  # this process has said why it stops (process 0, waiting for the others): it ends now
+        os._exit(1)
+    RUN.stopping = True
+    text = status
+    if RUN.reason is not None:
+        why = f"the run stopped because {RUN.reason}"
+    elif "Failed to send RPC to coordination service" in text or "leader task" in text:
+        why = _died([0])
+    elif m := re.search(r"unhealthy[^:]*:\s*((?:\d+\s*)+)", text):
+        why = _died(sorted(int(i) for i in m.group(1).split()))
+    else:
+        why = f"jax's coordinator reports: {text.splitlines()[0][:300] if text else 'a lost process'}"
+    _say(stop_line(why))
+    os._exit(1)
 
 
 @contextlib.contextmanager
 def exit_at_once_on_error():
-    """Around a multi-process program's work: an error (not a SystemExit) prints its traceback and ends this
-    process at once (`os._exit(1)`). Its peers may be blocked in a collective with it, which no message reaches;
-    the coordinator's heartbeat (`JGEM_HEARTBEAT_TIMEOUT`) stops them once this process is gone, where a normal
-    exit would hold every process in jax's shutdown barrier for minutes. Process 0 hosts the coordinator: it
-    stays up `EXIT_GRACE_S` first, so that the others can still read an error posted there (`jgem.train.roles`)
-    and leave with it. One process: a normal raise."""
+    """Around a program's work. Ctrl-C (KeyboardInterrupt) ends it on one line: where it was, and how to resume
+    (exit status 130). Several processes: an error (not a SystemExit) ends this process at once (`os._exit(1)`) on
+    one line (`stop_line`: the process that died, when one did, what this one was doing, how to resume), its
+    traceback in the log (`log_to_run_dir`); it posts why first (`post_stop`), so the others waiting for messages
+    stop with the same reason. Its peers may be blocked in a collective with it, which no message reaches; the
+    coordinator's heartbeat (`JGEM_HEARTBEAT_TIMEOUT`) stops them once this process is gone, where a normal exit
+    would hold every process in jax's shutdown barrier for minutes. Process 0 hosts the coordinator: it stays up
+    `EXIT_GRACE_S` first, so that the others can still read the posted reason and leave with it. One process: an
+    error raises as it is."""
     try:
         yield
-    except (Exception, KeyboardInterrupt):
+    except KeyboardInterrupt:
+        if jax.process_count() > 1:
+            RUN.stopping = True
+            traceback.print_exc(file=_log_only())
+            with contextlib.suppress(Exception):
+                _client().key_value_set(f"jgem/stopping/{jax.process_index()}", "interrupted")
+            post_stop(f"process {jax.process_index()} was interrupted (Ctrl-C)")
+        _say(f"jgem: interrupted {RUN.doing}; {resume_advice()}")
+        if jax.process_count() == 1:
+            raise SystemExit(130) from None
+        os._exit(130)
+    except Exception as e:
         if jax.process_count() == 1:
             raise
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if jax.process_index() == 0:
-            time.sleep(EXIT_GRACE_S)
+        RUN.stopping = True
+        traceback.print_exc(file=_log_only())
+        me = jax.process_index()
+        with contextlib.suppress(Exception):  # so that no other process takes this one for dead
+            _client().key_value_set(f"jgem/stopping/{me}", "stopping")
+        reason = RUN.reason or stop_reason()
+        if isinstance(e, RunStopped):
+            why = str(e)
+        elif reason is not None:
+            why = f"the run stopped because {reason}"
+        elif dead := dead_processes():  # the transport's error for a lost peer (gloo: "Connection closed by peer")
+            why = _died(dead)
+            post_stop(why)
+        else:
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:500] if str(e) else ''}".rstrip(": ")
+            post_stop(f"process {me} failed: {why}")
+            why = f"this process failed: {why}"
+        _say(stop_line(why))
+        if me == 0:
+            _wait_for_the_others()
         os._exit(1)
+
+
+def _wait_for_the_others() -> None:
+    """Process 0, which hosts the coordinator, stopping: until every other process is gone (its beat stands still
+    over 2.5 beats), at most `EXIT_GRACE_S`: they read the posted reason meanwhile, and none is cut off from the
+    coordinator before it has said why it stops."""
+    client, n, deadline = _client(), jax.process_count(), time.monotonic() + EXIT_GRACE_S
+    beats: dict[str, tuple[str, float]] = {}
+    while time.monotonic() < deadline:
+        try:
+            now, alive = time.monotonic(), dict(client.key_value_dir_get("jgem/alive"))
+        except Exception:
+            return
+        for key, value in alive.items():
+            i = key.rsplit("/", 1)[1]
+            if beats.get(i, ("", 0.0))[0] != value:
+                beats[i] = (value, now)
+        if all(now - beats.get(str(i), ("", now))[1] > 2.5 * BEAT_S for i in range(1, n)):
+            return
+        time.sleep(0.2)
+
+
+def _log_only() -> Any:
+    """The log file alone (where there is one), else stderr: where a stopped process's traceback goes."""
+    return sys.stderr.log_file if isinstance(sys.stderr, _Tee) else sys.stderr
 
 
 def process_max(values, mesh: Mesh | None = None) -> list[int]:
@@ -195,8 +474,15 @@ def initialize(
             heartbeat_timeout_seconds=heartbeat,
         )
         log.info("jax.distributed: process %d/%d via %s", process_id, num_processes, coordinator_address)
+        _start_beats()
         return True
     if _on_tpu_vm():
         jax.distributed.initialize()
+        _start_beats()
         return True
     return False
+
+
+def _start_beats() -> None:
+    if jax.process_count() > 1:
+        threading.Thread(target=_beat, name="jgem-beat", daemon=True).start()

@@ -57,6 +57,11 @@ def shard_bytes(tree: Any) -> tuple[int, int]:
     return sum(per_device.values()), max(per_device.values(), default=0)
 
 
+def _lost_peer(e: Exception) -> bool:
+    """Whether `e` is the runtime's error for a process gone (not a ValueError of jgem's own checks)."""
+    return isinstance(e, jax.errors.JaxRuntimeError) or str(e).startswith(("UNKNOWN:", "UNAVAILABLE:", "INTERNAL:"))
+
+
 class Publisher:
     """`publish(tree, shardings, into)`: `tree` (on the learner's mesh) as a new tree of arrays with `shardings` (on
     the sampler's mesh), moved device to device; `into` is the sampler's current copy (its buffers take part in
@@ -104,15 +109,18 @@ class Publisher:
             self.bytes = self.max_device_bytes = 0
             self.seconds = 0.0
             return tree
-        if not self.collective:
-            out = jax.device_put(leaves, targets, may_alias=False)
-        else:
-            old = jax.tree.leaves(into) if into is not None else self._empty(leaves, targets)
-            out = self._permute(leaves, targets, old)
-        out = jax.tree.unflatten(treedef, out)
         try:
+            if not self.collective:
+                out = jax.device_put(leaves, targets, may_alias=False)
+            else:
+                old = jax.tree.leaves(into) if into is not None else self._empty(leaves, targets)
+                out = self._permute(leaves, targets, old)
+            out = jax.tree.unflatten(treedef, out)
             jax.block_until_ready(out)
-        except jax.errors.JaxRuntimeError as e:  # a peer gone mid-transfer (killed, preempted): say what failed
+        # a peer gone mid-transfer (killed, preempted): say what failed; gloo reports it as a ValueError, at dispatch
+        except (jax.errors.JaxRuntimeError, ValueError) as e:
+            if not _lost_peer(e):
+                raise
             raise RuntimeError(
                 f"publication of the learner's weights to the sampler's devices failed ({str(e).splitlines()[0]}): a "
                 "process of the run has probably died; the run stops here, resume it from its last checkpoint"

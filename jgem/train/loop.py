@@ -16,10 +16,10 @@ import jax
 import numpy as np
 
 from jgem.algos.step import train_step
-from jgem.checkpoint import CheckpointConfig, Checkpointer, committed_steps
+from jgem.checkpoint import CheckpointConfig, Checkpointer
 from jgem.config import TrainConfig
 from jgem.metrics import MetricsLogger, WandbWriter, plot_curves
-from jgem.sharding.mesh import replicated
+from jgem.sharding.mesh import RUN, log_to_run_dir, replicated
 from jgem.train.dynamic import dynamic_sample
 from jgem.train.evaluate import episode_metrics, eval_metrics
 from jgem.train.learn import Learner, check_finite_loss
@@ -64,21 +64,27 @@ class Trainer(Learner):
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
+        log_to_run_dir(self.run_dir)  # several processes: XLA's own messages and tracebacks to a log file
+        RUN.checkpoints = self.run_dir / "checkpoints"  # what a process that stops tells the user to resume from
         ckpt, logger, progress = self._open_outputs()
         summary: dict[str, Any] = {}
         t_start = time.perf_counter()
         last_checkpoint = None
         try:
+            RUN.doing = "while resuming" if cfg.resume else "while starting"
             if not self._resume(ckpt, logger, progress) and cfg.eval_every and cfg.eval_at_start:
+                RUN.doing = "in the evaluation at the start"
                 summary["initial_eval"] = self._evaluate(0, "random init", progress)
                 logger.log(-cfg.warm_start.steps if not self.host["warm_start_done"] else 0, summary["initial_eval"])
             if not self.host["warm_start_done"]:
+                RUN.doing = "in the warm start"
                 summary |= self._warm_phase(ckpt, logger, progress)
             last_eval = summary.get("warm_start_eval", summary.get("initial_eval", {}))
             progress.start("train", cfg.steps, self.host["step"])
             if self.pipeline:
                 self.pipeline.start(self.host["step"])
             for step in range(self.host["step"], cfg.steps):
+                RUN.doing = f"in step {step + 1} of {cfg.steps}"
                 metrics = self.train_step(step)
                 self.host["step"] = step + 1
                 progress.advance(metrics)
@@ -87,10 +93,12 @@ class Trainer(Learner):
                 if self.pipeline and (evaluated or saved):
                     self.pipeline.drain(step + 1)  # the engine idle for the evaluation, the steps ahead finished
                 if evaluated:
+                    RUN.doing = f"in the evaluation after step {step + 1}"
                     last_eval = self._evaluate(step + 1, f"after step {step + 1}", progress)
                     metrics |= last_eval
                 logger.log(step + 1, metrics)
                 if saved:
+                    RUN.doing = f"while saving checkpoint {step + 1}"
                     if self.pipeline:
                         self.pipeline.save(step + 1)
                     self._pipeline_saved()
@@ -99,21 +107,14 @@ class Trainer(Learner):
                     if self.pipeline:
                         self.pipeline.prune(self.run_dir / "checkpoints")
             progress.stop()
-            if ckpt:
-                ckpt.wait()
-                last_checkpoint = ckpt.latest_step()
-            else:  # a role split's sampler process: the learners' checkpoints, as they stand on disk
-                last_checkpoint = (committed_steps(self.run_dir / "checkpoints") or [None])[-1]
+            RUN.doing = "while finishing"
+            last_checkpoint = self._last_checkpoint(ckpt)
             summary |= {"final_eval": last_eval, "params_sha256": self._digest(), "steps": cfg.steps}
             logger.close()
             if cfg.plot and jax.process_index() == 0 and cfg.steps:
                 title = f"{cfg.algorithm} on {cfg.env.env_id}"
                 curves = plot_curves(logger.jsonl_path, self.run_dir / "curves.png", curve_keys(cfg), title=title)
                 summary["plot"] = str(curves)
-        except BaseException as e:
-            if self.roles.split:  # the other side waits for this process's messages: tell it why none will come
-                self.roles.abort(f"{type(e).__name__}: {str(e)[:500]}")
-            raise
         finally:
             progress.stop()
             if ckpt:
@@ -191,6 +192,21 @@ class Trainer(Learner):
         check_finite_loss(metrics["train/loss"], step, episodes)
         self.host["episodes"] += len(episodes)
         return metrics | {"time/collect_s": t1 - t0, "time/update_s": time.perf_counter() - t1}
+
+    def _last_checkpoint(self, ckpt: Checkpointer | None) -> int | None:
+        """The step of the run's last checkpoint, once every save has finished; in a role split the samplers, which
+        save none, learn it from the first learner (the directory as a sampler sees it may lack saves still being
+        written)."""
+        last = None
+        if ckpt:
+            ckpt.wait()
+            last = ckpt.latest_step()
+        roles = self.roles
+        if roles.split and jax.process_index() == roles.lead:
+            roles.send("checkpoint", last)
+        if not roles.learns:
+            last = roles.receive("checkpoint", [roles.lead])[0]
+        return last
 
     def _digest(self) -> str:
         """`params_digest` of the params the run ends with; in a role split the learners work it out over their

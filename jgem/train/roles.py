@@ -13,19 +13,20 @@ key-value store (`jax.distributed`'s, which every multi-controller run has):
 - `update`: the first learner's metrics of each update (JSON, small), which also tells the samplers that the update
   is done: they drive the engine until it arrives, then join the publication of the new weights (device to device,
   `jgem.sharding.publish`).
-- `warm`, `eval`, `resume`, `saved`: the warm start's per-step metrics (the samplers log them), the evaluation's
-  metrics (the learners rank checkpoints by them), whether and where the learners resumed, and that every sampler
-  has written its pipeline file for a checkpoint (the learners save only then).
+- `warm`, `eval`, `resume`, `saved`, `checkpoint`: the warm start's per-step metrics (the samplers log them), the
+  evaluation's metrics (the learners rank checkpoints by them), whether and where the learners resumed, that every
+  sampler has written its pipeline file for a checkpoint (the learners save only then), and at the end the run's
+  last checkpoint (the samplers' end note names it).
 
 Weights never go this way: they move device to device. A process that dies stops the others through the
-coordinator's heartbeat (`JGEM_HEARTBEAT_TIMEOUT`), as in any multi-process run. A process that fails with an
-error posts it (`abort`) before it exits, and every other process waiting for a message raises it, naming the
-process, instead of waiting for messages that will not come.
+coordinator's heartbeat (`JGEM_HEARTBEAT_TIMEOUT`), or through the transport's error where it notices first, as in
+any multi-process run. A process that stops posts why (`jgem.sharding.mesh.exit_at_once_on_error`: it failed, or
+another died), and every other process waiting for a message raises it (`RunStopped`), naming the process,
+instead of waiting for messages that will not come.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pickle
 import time
@@ -34,6 +35,8 @@ from typing import Any
 
 import jax
 from jax.sharding import Mesh
+
+from jgem.sharding.mesh import RunStopped, stop_reason
 
 PREFIX = "jgem/roles"
 CHUNK = 2 << 20  # bytes per value: the coordinator's messages stay well under gRPC's limits
@@ -104,17 +107,10 @@ class Roles:
                 raise RuntimeError("a role split needs jax.distributed (jgem.sharding.mesh.initialize) first")
         return self._client
 
-    def abort(self, error: str) -> None:
-        """Tell every other process that this one failed with `error` (their waits raise it)."""
-        with contextlib.suppress(Exception):  # another process posted first: its error is the one to report
-            self.client.key_value_set(f"{PREFIX}/abort", f"process {jax.process_index()} failed: {error}")
-
     def _check_abort(self) -> None:
-        try:
-            why = self.client.key_value_try_get(f"{PREFIX}/abort")
-        except Exception:  # none posted
-            return
-        raise RuntimeError(f"role split: the run stopped because {why}")
+        """Raise `RunStopped` where a process posted why the run stops (it failed, or found another dead)."""
+        if (why := stop_reason()) is not None:
+            raise RunStopped(why)
 
     def _key(self, channel: str, seq: int, source: int) -> str:
         return f"{PREFIX}/{channel}/{seq}/{source}"

@@ -1,0 +1,112 @@
+"""What a user reads when a run stops before its end (issue 49): Ctrl-C, and a process of several that dies. Each
+stopped process ends on one jgem line (where it was, why, how to resume); tracebacks and XLA's own messages go to
+the process's log in the run directory, not the terminal."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jgem.checkpoint import committed_steps
+from tests.multiprocess import free_port, xla_flags
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# `python -m experiments.train` as a user runs it, cut to tests/train_utils.py's small run: the 1-layer "test-micro"
+# model, GuessTheNumber on the inline backend, short episodes, no evaluation
+CLI = ["tiny", "--import", "tests.learner_micro_preset", "--model.preset", "test-micro", "--algorithm", "reinforce"]
+CLI += ["--learner.policy-loss", "reinforce", "--learner.epochs", "1", "--learner.minibatches", "1"]
+CLI += ["--learner.kl-coef", "0", "--rollout.max-new-tokens", "6", "--rollout.max-episode-tokens", "320"]
+CLI += ["--eval-every", "0", "--no-plot", "--checkpoint-every", "1", "--batch-buckets", "128", "256", "512"]
+
+
+def _cli(args: list[str], env: dict | None = None) -> subprocess.Popen:
+    e = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": xla_flags(1), "PYTHONPATH": str(ROOT), **(env or {})}
+    e.pop("JAX_NUM_CPU_DEVICES", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "experiments.train", *CLI, *args],
+        cwd=ROOT,
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_on_one_line_with_the_step_and_the_last_checkpoint(tmp_path):
+    """Ctrl-C printed a 40-line traceback ending in KeyboardInterrupt."""
+    run = tmp_path / "run"
+    args = ["--run-dir", str(run), "--steps", "50", "--episodes-per-step", "4", "--env.num-envs", "4"]
+    p = _cli([*args, "--warm-start.steps", "0", "--console"])
+    lines = []
+    for line in p.stdout:  # a pipe: one progress line per step ("train  1/50 ...")
+        lines.append(line)
+        if re.match(r"train +2/50", line):
+            break
+    else:
+        pytest.fail("".join(lines)[-3000:])
+    p.send_signal(signal.SIGINT)
+    out = "".join(lines) + p.communicate(timeout=120)[0]
+    assert p.returncode == 130, out[-3000:]
+    last = out.strip().splitlines()[-1]
+    step = committed_steps(run / "checkpoints")[-1]
+    assert step >= 1  # the step line comes before its checkpoint
+    assert re.fullmatch(
+        rf"jgem: interrupted in step \d+ of 50; rerun the same command to resume from the last checkpoint, "
+        rf"{re.escape(str(run / 'checkpoints' / str(step)))}/ \(step {step}\)",
+        last,
+    ), last
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_killed_sampler_ends_every_other_process_of_a_role_split_on_one_line(tmp_path):
+    """A role split (4 processes x 1 device: 0 and 1 sample, 2 and 3 train) whose sampler process 1 is SIGKILLed
+    after a checkpoint. The others ended on a gloo error's traceback ("Connection closed by peer") or XLA's fatal
+    log with its C++ stack (`CoordinationServiceAgent::SetError`); now each ends on jgem's line naming process 1,
+    what it was doing and the checkpoint to resume from, its traceback in its log."""
+    run = tmp_path / "run"
+    args = ["--run-dir", str(run), "--steps", "3", "--episodes-per-step", "2", "--env.num-envs", "2"]
+    args += ["--warm-start.steps", "1", "--warm-start.episodes-per-step", "2", "--keep-checkpoints", "9"]
+    args += ["--pipeline.mode", "off_policy", "--pipeline.lag", "1", "--no-console"]
+    args += ["--mesh.rollout-devices", "2", "--mesh.rollout-placement", "first"]
+    env = {"JGEM_COORDINATOR": f"127.0.0.1:{free_port()}", "JGEM_NUM_PROCESSES": "4", "JGEM_HEARTBEAT_TIMEOUT": "5"}
+    procs = [_cli(args, env={**env, "JGEM_PROCESS_ID": str(i)}) for i in range(4)]
+    try:
+        deadline = time.time() + 600
+        while not committed_steps(run / "checkpoints"):
+            assert all(p.poll() is None for p in procs) and time.time() < deadline, "no checkpoint"
+            time.sleep(0.05)
+        t = time.time()
+        procs[1].send_signal(signal.SIGKILL)
+        logs = [p.communicate(timeout=120)[0] for p in procs]
+        stopped_in = time.time() - t
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert procs[1].returncode == -signal.SIGKILL
+    assert stopped_in < 30, stopped_in
+    for i in (0, 2, 3):
+        assert procs[i].returncode == 1, (i, logs[i][-3000:])
+        last = logs[i].strip().splitlines()[-1]
+        assert re.fullmatch(
+            rf"jgem: process {i} of 4 stopped (in|while) [^:]+: (the run stopped because )?process 1 died; rerun the "
+            rf"same command to resume from the last checkpoint, {re.escape(str(run / 'checkpoints'))}/\d+/ "
+            rf"\(step \d+\); details in {re.escape(str(run / 'logs' / f'process-{i}.log'))}",
+            last,
+        ), (i, logs[i][-3000:])
+        for noise in ("Gloo", "CoordinationServiceAgent", "Traceback", "Check failure"):
+            assert noise not in logs[i], (i, noise, logs[i][-3000:])
+    details = "".join((run / "logs" / f"process-{i}.log").read_text() for i in (0, 2, 3))
+    assert "Traceback (most recent call last)" in details and "Gloo" in details
