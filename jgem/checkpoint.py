@@ -16,6 +16,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import logging
 import math
 import shutil
 import time
@@ -159,6 +160,20 @@ def committed_steps(checkpoints: str | Path) -> list[int]:
     return sorted(int(d.name) for d in p.iterdir() if d.name.isdigit()) if p.is_dir() else []
 
 
+class _UnrankedSave(logging.Filter):
+    """Drops orbax's warning for a save without metrics while steps are ranked by one (absl's logger): a step saved
+    between evaluations has none by design and ranks last (`Checkpointer._metric`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return str(record.msg) != "Requested `tracked_metric`; did not provide metrics."
+
+
+def _quiet_unranked_saves() -> None:
+    logger = logging.getLogger("absl")  # absl.logging's records go through this logger
+    if not any(isinstance(f, _UnrankedSave) for f in logger.filters):
+        logger.addFilter(_UnrankedSave())
+
+
 class Checkpointer:
     """Saves and restores (device state, host state) under `config.directory`.
 
@@ -189,6 +204,7 @@ class Checkpointer:
         best_fn = None
         if config.best_metric is not None and config.keep_best > 0:
             best_fn = self._metric
+            _quiet_unranked_saves()
             policies.append(
                 ocm.BestN(
                     get_metric_fn=self._metric,

@@ -6,6 +6,7 @@ that process on CPU, without touching this test session's backends.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,7 +29,7 @@ needs_libtpu = pytest.mark.skipif(
 
 def aot(tmp_path, *args: str) -> list[dict]:
     """Run the tool for the tiny preset on v5e:2x2 (8 episodes of 256 tokens, 4 rows per micro-batch) with `args`;
-    its JSON rows."""
+    its JSON rows, the first holding the run's stdout and stderr (`_stdout`, `_stderr`)."""
     out = tmp_path / "aot.jsonl"
     cmd = [sys.executable, "-m", "experiments.tpu_pod.aot", "--topology", "v5e:2x2", "--model", "tiny"]
     cmd += ["--episodes", "8", "--tokens", "256", "--learner.micro-batch-size", "4", *args, "--json", str(out)]
@@ -40,7 +41,9 @@ def aot(tmp_path, *args: str) -> list[dict]:
     env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows[0].update(_stdout=proc.stdout, _stderr=proc.stderr)
+    return rows
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +62,14 @@ def compiled(tmp_path_factory) -> list[dict]:
 def test_tiny_update_with_a_critic_and_rollout_compile_for_v5e_2x2(compiled):
     res = {r["program"]: r for r in compiled}
     assert len(compiled) == 3 and set(res) == {"update", "extend", "decode"}
+    # a line as each program starts and one when it is done, with its seconds; libtpu's complaint that this host
+    # has no TPU accelerator type is not printed (the topology's type is set)
+    lines = [line.strip() for line in compiled[0]["_stdout"].splitlines()[1:]]
+    assert [line.split(":")[0] for line in lines] == ["update [ppo]"] * 2 + ["extend"] * 2 + ["decode"] * 2
+    assert all(line.endswith("tracing and compiling ...") for line in lines[::2])
+    assert all(re.search(r"\| done in \d+ s \(compile \d+ s\)$", line) for line in lines[1::2])
+    assert all(r["seconds"] >= r["compile_s"] > 0 for r in compiled)
+    assert "accelerator type" not in compiled[0]["_stderr"]
     for r in res.values():
         assert r["fits"] and 0 < r["total_gib"] < r["hbm_gib"] == 16
         assert r["mesh"] == {"data": 1, "fsdp": 4, "tensor": 1}  # --mesh.fsdp -1 (the default): all 4 chips
@@ -183,3 +194,11 @@ def test_link_loads_route_each_pair_the_short_way_round_the_torus():
     assert link_loads([(ring[z], ring[z + 1]) for z in range(0, 8, 2)], 10) == (10.0, 1)
     # a line of 2 (no wrap): straight across
     assert link_loads([(D(coords=(0, 0)), D(coords=(1, 0)))], 7) == (7.0, 1)
+
+
+def test_accelerator_type_of_a_topology_name():
+    from experiments.tpu_pod.aot import accelerator_type
+
+    assert accelerator_type("v5e:2x2") == "v5litepod-4" and accelerator_type("v6e:8x8") == "v6e-64"
+    assert accelerator_type("v5p:4x4x4") == "v5p-128" and accelerator_type("v4:2x2x1") == "v4-8"  # TensorCores
+    assert accelerator_type("v9:2x2") is None and accelerator_type("v5e:big") is None

@@ -15,8 +15,9 @@ model is allocated):
   `update` per algorithm, each row naming it;
 - `extend` / `decode`: the rollout engine's `SlotEngine` programs for `--slots` slots of `--tokens` positions,
   every slot taking part and attending the whole slot (the largest shapes the engine compiles).
-Per program it prints per-chip memory (`memory_analysis`) against the chip's HBM and the compiled FLOPs per chip
-(`cost_analysis`), with the time they imply at `--mfu`.
+Per program it prints a line as it starts (tracing and compiling an 8B model's `update` takes minutes), then per-chip
+memory (`memory_analysis`) against the chip's HBM and the compiled FLOPs per chip (`cost_analysis`), with the time
+they imply at `--mfu` and the seconds the program took.
 
 XLA counts a loop body once: `update`'s FLOPs are scaled by its optimizer steps x micro-batches (the body dominates;
 the forwards before the update, the reference's and the critic's, loop over micro-batches of the same rows once, so
@@ -129,9 +130,27 @@ def use_libtpu() -> None:
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
+def accelerator_type(topology: str) -> str | None:
+    """The Cloud TPU accelerator type of a topology name (`v5e:2x2` -> `v5litepod-4`, `v5p:4x4x4` -> `v5p-128`: v4
+    and v5p count TensorCores, two a chip); None for a name without a known chip or shape."""
+    kind, _, shape = topology.partition(":")
+    try:
+        n = math.prod(int(d) for d in shape.split("x"))
+    except ValueError:
+        return None
+    types = {"v4": f"v4-{2 * n}", "v5p": f"v5p-{2 * n}", "v5e": f"v5litepod-{n}", "v6e": f"v6e-{n}"}
+    return types.get(kind.split("-")[0])
+
+
 def topology_devices(name: str) -> list:
     from jax.experimental import topologies
 
+    # libtpu reads the host's accelerator type when it loads (here: now) and, with none on a CPU machine, prints
+    # "Failed to find host bounds for accelerator type: WARNING: could not determine TPU accelerator type ..." to
+    # stderr (its own print: no log level hides it). The topology's own type quiets it; the topology compiled for
+    # comes from `name` either way (its devices, coordinates and hosts are the same with any type set).
+    if kind := accelerator_type(name):
+        os.environ.setdefault("TPU_ACCELERATOR_TYPE", kind)
     try:
         return list(topologies.get_topology_desc(platform="tpu", topology_name=name).devices)
     except Exception as e:  # no libtpu, or a name it does not know
@@ -452,10 +471,11 @@ def run(cfg: AotConfig) -> list[dict]:
     with target_platform("tpu"):
         if "update" in cfg.programs:
             for algo in algorithms(cfg):
+                t0 = _started("update", algo.name)
                 res = {**head, **measure_update(cfg, algo, mcfg, mesh, chip, mesh.devices.size)}
                 res["chips"] = mesh.devices.size
                 out.append(res)
-                _print(head, res)
+                _print(head, res, t0)
         if {"extend", "decode"} & set(cfg.programs):
             slots = cfg.slots or cfg.episodes
             engine = SlotEngine(
@@ -473,27 +493,31 @@ def run(cfg: AotConfig) -> list[dict]:
             graphdef, st = abstract_model(mcfg.replace(remat=False))
             model = (graphdef, with_shardings(st, tree_shardings(st, rollout, DEFAULT_RULES)))
             if "extend" in cfg.programs:
+                t0 = _started("extend")
                 length = engine.extend_chunk
                 lowered = engine.lower_extend(model, slots, length, cfg.tokens)
                 tf = model_flops(mcfg, slots * length, cfg.tokens, train=False)
                 res = measure_("extend", lowered, loops=1, model_tflop=tf)
                 res.update(slots=slots, new_tokens=length, window=cfg.tokens)
                 out.append(res)
-                _print(head, res)
+                _print(head, res, t0)
             if "decode" in cfg.programs:
+                t0 = _started("decode")
                 lowered = engine.lower_decode(model, slots, cfg.tokens)
                 tf = model_flops(mcfg, slots * cfg.chunk_steps, cfg.tokens, train=False)
                 # the while loop's body (one decode step) is counted once: scale to the chunk
                 res = measure_("decode", lowered, loops=cfg.chunk_steps, model_tflop=tf)
                 res.update(slots=slots, steps=cfg.chunk_steps, window=cfg.tokens)
                 out.append(res)
-                _print(head, res)
+                _print(head, res, t0)
         if "publish" in cfg.programs:
             if rollout is mesh:
                 raise SystemExit("--programs publish needs split meshes: set --mesh.rollout-devices")
+            t0 = _started("publish")
             for res in measure_publish(mcfg, mesh, rollout, chip, head):
                 out.append(res)
-                _print(head, res)
+                _print(head, res, t0)
+                t0 = time.perf_counter()
     return out
 
 
@@ -502,12 +526,21 @@ def _name(res: dict) -> str:
     return f"{res['program']:>10}" + (f" [{algo}]" if algo else "")
 
 
-def _print(head: dict, res: dict) -> None:
+def _started(program: str, algorithm: str | None = None) -> float:
+    """Say that `program` starts (tracing, then compiling: minutes for a large model); the time it starts."""
+    print(f"{_name({'program': program, 'algorithm': algorithm})}: tracing and compiling ...", flush=True)
+    return time.perf_counter()
+
+
+def _print(head: dict, res: dict, started: float) -> None:
+    """`res` as one line, with the seconds since `started` (stored as `seconds`: tracing and compiling)."""
+    res["seconds"] = time.perf_counter() - started
+    took = f"done in {res['seconds']:.0f} s (compile {res['compile_s']:.0f} s)"
     if res["total_gib"] is None:
         print(
             f"{_name(res)}: DOES NOT FIT: the compiler needs {res['temp_gib']:.2f} GiB of temporaries per chip "
             f"({res['hbm_gib']:.0f} GiB HBM) | {res['model_tflop_per_chip']:.2f} model TFLOP/chip; "
-            f"{res['time_s_at_mfu']:.3f} s at MFU {head['mfu']} | {res['compile_s']:.0f} s",
+            f"{res['time_s_at_mfu']:.3f} s at MFU {head['mfu']} | {took}",
             flush=True,
         )
         return
@@ -518,7 +551,7 @@ def _print(head: dict, res: dict) -> None:
             f"{res['publish_gib_per_chip']:.3f} GiB sent per chip ({res['publish_bytes_total'] / GIB:.2f} GiB in all), "
             f"{res['max_hops']} hops, busiest link {res['max_link_gib']:.3f} GiB: {res['publish_s_at_ici']:.4f} s at "
             f"{res['ici_link_gb_s']:.0f} GB/s per ICI link ({res['publish_s_at_dcn']:.2f} s over DCN) | "
-            f"{res['collective_permutes']} collective-permutes | compiled in {res['compile_s']:.0f} s",
+            f"{res['collective_permutes']} collective-permutes | {took}",
             flush=True,
         )
         return
@@ -529,7 +562,7 @@ def _print(head: dict, res: dict) -> None:
         f"({'fits' if res['fits'] else 'DOES NOT FIT'}; args {res['argument_gib']:.2f}, out {res['output_gib']:.2f}, "
         f"alias {res['alias_gib']:.2f}, temp {res['temp_gib']:.2f}, code {res['code_gib']:.3f}) | "
         f"{compiled} TFLOP/chip compiled, {res['model_tflop_per_chip']:.2f} model; "
-        f"{res['time_s_at_mfu']:.3f} s at MFU {head['mfu']} | compiled in {res['compile_s']:.0f} s",
+        f"{res['time_s_at_mfu']:.3f} s at MFU {head['mfu']} | {took}",
         flush=True,
     )
 

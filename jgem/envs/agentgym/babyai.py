@@ -32,6 +32,20 @@ def level_name(level: int | str) -> str:
     raise ValueError(f"unknown BabyAI level {level!r}; use a number 1..40 or one of {', '.join(LEVELS)}")
 
 
+def _print_unless_rejected(*args: Any, **kwargs: Any) -> None:
+    if not (args and args[0] == "Sampling rejected:"):
+        print(*args, **kwargs)
+
+
+def _quiet_rejection_sampling() -> None:
+    """minigrid's BabyAI levels print a line to stdout for each layout their rejection sampling throws away
+    (`Sampling rejected: unreachable object at (1, 13)`; several per reset on some levels), which fills a server's
+    log: that one module's `print` drops those lines (thread-safe, unlike swapping sys.stdout around a reset)."""
+    from minigrid.envs.babyai.core import roomgrid_level
+
+    roomgrid_level.print = _print_unless_rejected
+
+
 def _normalise(action: str) -> str:
     a = re.sub(r"\s+", " ", action.strip().lower().strip(" .\"'`"))
     return re.sub(r"^pickup\b", "pick up", a)
@@ -62,6 +76,7 @@ class BabyAIEnv(Env):
             import gymnasium as gym
             import minigrid  # noqa: F401  registers the BabyAI-* ids with gymnasium
 
+            _quiet_rejection_sampling()
             self._games[self.level] = gym.make(f"BabyAI-{self.level}").unwrapped
         return self._games[self.level]
 
