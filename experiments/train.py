@@ -268,27 +268,41 @@ def main(argv: Sequence[str] | None = None) -> None:
         cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, imports=imports))
     initialize()  # multi-host from JGEM_* env vars or TPU auto-detection; a no-op on one machine
 
+    from pathlib import Path
+
+    import jax
+
     from jgem.checkpoint import ConfigMismatchError, CorruptCheckpointError
-    from jgem.config import ConfigError
+    from jgem.config import ConfigError, run_dir_errors
     from jgem.models.tokenizer import TemplateRewriteError
     from jgem.rollout.config import PromptBudgetError
-    from jgem.sharding.mesh import exit_at_once_on_error, log_to_run_dir
+    from jgem.sharding.mesh import RUN, exit_at_once_on_error, log_to_run_dir, post_stop
     from jgem.train import train
 
-    log_to_run_dir(cfg.run_dir)  # several processes: XLA's own messages and tracebacks to <run_dir>/logs/
+    def refuse(message: str) -> NoReturn:
+        """`fail`; with several processes, first posted for the others (one that waits for this one's messages
+        stops with it, where a refusal met by one process only, a checkpoint a learner restores, would leave it
+        waiting)."""
+        if jax.process_count() > 1:
+            post_stop(f"process {jax.process_index()} refused the run: {message.splitlines()[0]}")
+        fail(message)
+
+    RUN.checkpoints = Path(cfg.run_dir) / "checkpoints"  # what an interrupted start tells the user to resume from
+    if not run_dir_errors(cfg.run_dir):  # else Run refuses it, as one line
+        log_to_run_dir(cfg.run_dir)  # several processes: XLA's own messages and tracebacks to <run_dir>/logs/
     # Ctrl-C ends on one line (where, how to resume); several processes: an unexpected error ends this one at once
-    # on one line (its peers then stop); the errors below exit with their message (every process meets them alike)
+    # on one line (its peers then stop); the errors below exit with their message
     with exit_at_once_on_error():
         try:
             train(cfg)  # Trainer's first act is validate(cfg): a ConfigError comes before anything is built
         except ConfigError as e:
-            fail(e.render())  # the message alone, with flag names
+            refuse(e.render())  # the message alone, with flag names
         except ConfigMismatchError as e:
-            fail(mismatch_message(e, cfg))
+            refuse(mismatch_message(e, cfg))
         except CorruptCheckpointError as e:
-            fail(str(e))
+            refuse(str(e))
         except (PromptBudgetError, TemplateRewriteError) as e:  # the config does not fit what an episode met
-            fail(str(e))
+            refuse(str(e))
 
 
 if __name__ == "__main__":

@@ -440,7 +440,10 @@ def run_dir_errors(run_dir: str, name: Any = _plain) -> list[str]:
     import os
 
     path = Path(run_dir)
-    existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    try:
+        existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    except OSError as e:  # a parent that cannot be searched
+        return [f"{name('run_dir')} {run_dir} cannot be reached ({e.strerror}); choose another {name('run_dir')}"]
     if not existing.is_dir():
         what = "is" if existing == path else f"is inside {existing}, which is"
         return [f"{name('run_dir')} {run_dir} {what} not a directory; choose another {name('run_dir')}"]

@@ -487,6 +487,8 @@ def test_a_role_split_samples_on_some_processes_and_trains_on_others_like_one_pr
     assert all(abs(r["train/loss"]) > 0 for r in rows), "a test of equal updates needs updates"
     _trained_alike(rows, ref_rows, runs[0], ref)
     assert sorted(int(c.name) for c in (run_dir / "checkpoints").iterdir() if c.name.isdigit()) == [0, 1, 2, 3]
+    # every process's end note names the run's last checkpoint (samplers, which save none, hear it from a learner)
+    assert [s["last_checkpoint"] for s in runs] == [3] * len(runs) == [3] * 4
     assert sorted(p.name for p in (run_dir / "pipeline").iterdir())[-2:] == [
         "step-3.process-0.pkl",
         "step-3.process-1.pkl",

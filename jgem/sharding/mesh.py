@@ -132,11 +132,14 @@ def log_to_run_dir(run_dir: str | Path) -> Path | None:
     log_file = open(path, "a", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115 (the process's)
     terminal = [os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace") for fd in (1, 2)]
     RUN.console = terminal[1]
-    read, write = os.pipe()
-    os.dup2(write, 1)
-    os.dup2(write, 2)
-    os.close(write)
-    threading.Thread(target=_relay, args=(read, path), name="jgem-stderr", daemon=True).start()
+    # the descriptors write to the file itself: nothing is held in a buffer a crash would lose, and no write blocks
+    # on a reader; a thread reads the file as it grows for XLA's fatal message
+    start = path.stat().st_size
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    threading.Thread(target=_watch, args=(path, start), name="jgem-log-watch", daemon=True).start()
     sys.stdout, sys.stderr = _Tee(terminal[0], log_file), _Tee(terminal[1], log_file)
     for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
         for h in getattr(logger, "handlers", []):  # handlers made before (absl's) wrote to the old sys.stderr
@@ -153,10 +156,12 @@ class _Tee(io.TextIOBase):
         self.console, self.log_file = console, log_file
 
     def write(self, text: str) -> int:
-        if "Traceback (most recent call last)" not in text:  # a logged error's traceback: the log's alone
+        shown = text.split("Traceback (most recent call last)", 1)[0]  # a logged error's traceback: the log's alone
+        if shown:
             with contextlib.suppress(OSError, ValueError):
-                self.console.write(text)
-        self.log_file.write(text)
+                self.console.write(shown if shown == text else shown.rstrip() + f" (traceback in {RUN.log})\n")
+        with contextlib.suppress(OSError, ValueError):  # a full disk: the terminal still shows it
+            self.log_file.write(text)
         return len(text)
 
     def flush(self) -> None:
@@ -252,7 +257,7 @@ def dead_processes() -> list[int]:
     now = {k.rsplit("/", 1)[1]: v for k, v in after.items()}
     then = {k.rsplit("/", 1)[1]: v for k, v in before.items()}
     others = [str(i) for i in range(jax.process_count()) if i != me]
-    return [int(i) for i in others if i not in stopping and now.get(i) == then.get(i)]
+    return [int(i) for i in others if i not in stopping and i in now and now.get(i) == then.get(i)]
 
 
 def _died(ids: list[int]) -> str:
@@ -265,25 +270,28 @@ def _died(ids: list[int]) -> str:
 XLA_FATAL = b"Terminating process because the JAX distributed service detected fatal errors"
 
 
-def _relay(read: int, path: Path) -> None:
-    """A thread: what the process writes to its stderr descriptor (XLA, gloo, absl) into its log file. On XLA's fatal
-    message for a lost process (`XLA_FATAL`; XLA aborts next, once its C++ stack is written), jgem's line on the
-    terminal (`_heartbeat_lost`) and the process ends first."""
-    log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    seen = b""
-    while chunk := os.read(read, 1 << 16):
-        os.write(log, chunk)
-        seen = (seen + chunk)[-4096:]
-        if XLA_FATAL in seen:
-            time.sleep(0.05)  # the rest of the message (the status names the lost process)
-            with contextlib.suppress(BlockingIOError, OSError):
-                os.set_blocking(read, False)
-                if more := os.read(read, 1 << 16):
-                    os.write(log, more)
-                    seen += more
-            os.set_blocking(read, True)
-            _heartbeat_lost(seen[seen.index(XLA_FATAL) :].decode(errors="replace"))
+def _watch(path: Path, start: int) -> None:
+    """A thread: reads the process's log (where its stdout and stderr descriptors write: XLA, gloo, absl) as it grows
+    from `start`. On XLA's fatal message for a lost process (`XLA_FATAL`; XLA aborts once its C++ stack is written),
+    jgem's line on the terminal (`_heartbeat_lost`) and the process ends first. Any error of its own ends the watch,
+    never the process."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
             seen = b""
+            while True:
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    time.sleep(0.02)
+                    continue
+                seen = (seen + chunk)[-8192:]
+                if XLA_FATAL in seen:
+                    time.sleep(0.05)  # the rest of the message (the status names the lost process)
+                    seen += f.read(1 << 16)
+                    _heartbeat_lost(seen[seen.index(XLA_FATAL) :].decode(errors="replace"))
+    except Exception:  # noqa: BLE001 - the log is a convenience; XLA's own abort still ends the process
+        if RUN.stopping:
+            os._exit(1)
 
 
 def _heartbeat_lost(status: str) -> None:
@@ -318,6 +326,9 @@ def exit_at_once_on_error():
     error raises as it is."""
     try:
         yield
+        if jax.process_count() > 1:  # done: a process whose beat stops now has not died
+            with contextlib.suppress(Exception):
+                _client().key_value_set(f"jgem/stopping/{jax.process_index()}", "done")
     except KeyboardInterrupt:
         if jax.process_count() > 1:
             RUN.stopping = True

@@ -58,7 +58,10 @@ def shard_bytes(tree: Any) -> tuple[int, int]:
 
 
 def _lost_peer(e: Exception) -> bool:
-    """Whether `e` is the runtime's error for a process gone (not a ValueError of jgem's own checks)."""
+    """Whether `e` is the runtime's error for a process gone (not a ValueError of jgem's own checks, nor any error
+    of a run of one process, which has no peer to lose: an out-of-memory, say)."""
+    if jax.process_count() == 1:
+        return False
     return isinstance(e, jax.errors.JaxRuntimeError) or str(e).startswith(("UNKNOWN:", "UNAVAILABLE:", "INTERNAL:"))
 
 

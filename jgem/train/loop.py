@@ -110,6 +110,7 @@ class Trainer(Learner):
             RUN.doing = "while finishing"
             last_checkpoint = self._last_checkpoint(ckpt)
             summary |= {"final_eval": last_eval, "params_sha256": self._digest(), "steps": cfg.steps}
+            summary["last_checkpoint"] = last_checkpoint  # the end note's (a role split's samplers learn it)
             logger.close()
             if cfg.plot and jax.process_index() == 0 and cfg.steps:
                 title = f"{cfg.algorithm} on {cfg.env.env_id}"
