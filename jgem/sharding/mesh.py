@@ -132,14 +132,13 @@ def log_to_run_dir(run_dir: str | Path) -> Path | None:
     log_file = open(path, "a", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115 (the process's)
     terminal = [os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace") for fd in (1, 2)]
     RUN.console = terminal[1]
-    # the descriptors write to the file itself: nothing is held in a buffer a crash would lose, and no write blocks
-    # on a reader; a thread reads the file as it grows for XLA's fatal message
-    start = path.stat().st_size
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    threading.Thread(target=_watch, args=(path, start), name="jgem-log-watch", daemon=True).start()
+    # the descriptors write to a pipe whose reader copies to the log at once: it sees XLA's fatal message as it is
+    # written, before XLA aborts (a thread polling the log file lost that race under load: the test failed once)
+    read, write = os.pipe()
+    os.dup2(write, 1)
+    os.dup2(write, 2)
+    os.close(write)
+    threading.Thread(target=_relay, args=(read, path, terminal[1].fileno()), name="jgem-stderr", daemon=True).start()
     sys.stdout, sys.stderr = _Tee(terminal[0], log_file), _Tee(terminal[1], log_file)
     for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
         for h in getattr(logger, "handlers", []):  # handlers made before (absl's) wrote to the old sys.stderr
@@ -270,28 +269,42 @@ def _died(ids: list[int]) -> str:
 XLA_FATAL = b"Terminating process because the JAX distributed service detected fatal errors"
 
 
-def _watch(path: Path, start: int) -> None:
-    """A thread: reads the process's log (where its stdout and stderr descriptors write: XLA, gloo, absl) as it grows
-    from `start`. On XLA's fatal message for a lost process (`XLA_FATAL`; XLA aborts once its C++ stack is written),
-    jgem's line on the terminal (`_heartbeat_lost`) and the process ends first. Any error of its own ends the watch,
-    never the process."""
+def _relay(read: int, path: Path, terminal: int) -> None:
+    """A thread: what the process writes to its stdout and stderr descriptors (XLA, gloo, absl) into its log file,
+    read as it is written. On XLA's fatal message for a lost process (`XLA_FATAL`; XLA aborts next, once its C++ stack
+    is written), jgem's line on the terminal (`_heartbeat_lost`) and the process ends first. It never stops reading
+    while the process lives (a reader gone would leave every write blocked on a full pipe): a log it cannot write (a
+    full disk) sends the text to the terminal instead."""
     try:
-        with open(path, "rb") as f:
-            f.seek(start)
-            seen = b""
-            while True:
-                chunk = f.read(1 << 16)
-                if not chunk:
-                    time.sleep(0.02)
-                    continue
-                seen = (seen + chunk)[-8192:]
-                if XLA_FATAL in seen:
+        log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except OSError:
+        log = terminal
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(read, 1 << 16)
+        except OSError:
+            return
+        if not chunk:
+            return
+        try:
+            os.write(log, chunk)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.write(terminal, chunk)
+        seen = (seen + chunk)[-8192:]
+        if XLA_FATAL in seen:
+            try:
+                if not RUN.said:
                     time.sleep(0.05)  # the rest of the message (the status names the lost process)
-                    seen += f.read(1 << 16)
-                    _heartbeat_lost(seen[seen.index(XLA_FATAL) :].decode(errors="replace"))
-    except Exception:  # noqa: BLE001 - the log is a convenience; XLA's own abort still ends the process
-        if RUN.stopping:
-            os._exit(1)
+                    os.set_blocking(read, False)
+                    with contextlib.suppress(BlockingIOError, OSError):
+                        if more := os.read(read, 1 << 16):
+                            os.write(log, more)
+                            seen += more
+                _heartbeat_lost(seen[seen.index(XLA_FATAL) :].decode(errors="replace"))
+            finally:
+                os._exit(1)  # whatever went wrong above, before XLA's abort
 
 
 def _heartbeat_lost(status: str) -> None:
