@@ -24,7 +24,7 @@ import time
 import psutil
 
 from jgem.envs.pool import EnvPool
-from jgem.envs.web.solver import Solver
+from jgem.envs.web.solver import WebSolver
 
 CONFIGS = (("thread", "accessibility_tree"), ("process", "accessibility_tree"), ("thread", "text"))
 
@@ -43,7 +43,7 @@ def run(env_id: str, backend: str, observation: str, num_envs: int, episodes: in
     before = set(chromium_pss())
     pool = EnvPool(env_id, num_envs, backend=backend, num_workers=num_envs, env_kwargs={"observation": observation})
     try:
-        solvers = [Solver() for _ in range(num_envs)]
+        solvers = [WebSolver() for _ in range(num_envs)]
         next_seed = 0
         reset_at: dict[int, float] = {}
 

@@ -6,17 +6,23 @@ import dataclasses
 import json
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 from tyro.constructors import PrimitiveConstructorSpec
 
-from jgem.algos.algorithms import ALGORITHMS
+from jgem.algos.algorithms import ALGORITHMS, Algorithm
 from jgem.algos.config import LearnerConfig
 from jgem.models.config import LoraConfig
-from jgem.rollout.config import MAX_RESAMPLE_ROUNDS, RolloutConfig
+from jgem.registry import import_modules, spec
+from jgem.rollout.config import RolloutConfig
 from jgem.sharding.config import MeshConfig
+
+# A check's `name`: how a message writes a field path (`field_ref` in `validate`, so the CLI names flags). A
+# sub-config's `errors(name)` passes its own field names (`env_id`); a module-level check passes TrainConfig paths.
+FieldName = Callable[[str], str]
 
 
 def _json_object(args: list[str]) -> dict[str, Any]:
@@ -102,6 +108,30 @@ class EnvConfig:
 
         return os.environ.get(TOKEN_ENV) or None
 
+    def id_errors(self, name: FieldName = str) -> list[str]:
+        """An env id the registry lacks, with the nearest ids (the remote backend's ids live on its servers)."""
+        if self.backend == "remote":
+            return []
+        try:
+            spec(self.env_id)
+        except KeyError as e:
+            return [f"{name('env_id')}: {e.args[0]}"]
+        return []
+
+    def errors(self, name: FieldName = str) -> list[str]:
+        """An unknown env id, the remote backend without servers or with an unreadable token, and the tools."""
+        from jgem.envs.with_tools import tool_errors
+
+        errors = self.id_errors(name)
+        if self.backend == "remote":
+            try:
+                self.read_remote_token()
+            except ValueError as e:
+                errors.append(f"{name('remote_token_file')}: {e}")
+            if not self.remote_urls:
+                errors.append(f"{name('backend')} remote needs {name('remote_urls')} (one or more env server URLs)")
+        return errors + tool_errors(tuple(self.tools), self.mcp_server, self.tool_format)
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -130,6 +160,15 @@ class ModelSpec:
     lora: LoraConfig = field(default_factory=LoraConfig)
     """LoRA adapters (`--model.lora.rank 16`): only they train, the base weights stay frozen; rank 0: full
     fine-tuning"""
+
+    def errors(self, name: FieldName = str) -> list[str]:
+        """A checkpoint or tokenizer directory that is not there."""
+        errors = []
+        if self.path is not None and not (Path(self.path) / "config.json").is_file():
+            errors.append(f"{name('path')} {self.path!r} is not a local HF checkpoint directory (no config.json there)")
+        if self.tokenizer_path is not None and not Path(self.tokenizer_path).is_dir():
+            errors.append(f"{name('tokenizer_path')} {self.tokenizer_path!r} does not exist")
+        return errors
 
 
 @dataclass(frozen=True)
@@ -165,6 +204,24 @@ class WarmStartConfig:
     reset_optimizer: bool = True
     """RL starts with fresh AdamW moments (not the supervised phase's)"""
 
+    def errors(self, env: EnvConfig, name: FieldName = str) -> list[str]:
+        """A warm start on an env without a scripted solver, or with a teacher it lacks (nothing for an id the
+        registry lacks: that has its own message, and no solver hint on top)."""
+        if self.steps <= 0 or env.id_errors():
+            return []
+        from jgem.envs.games.solvers import has_solver, teachers
+
+        if not has_solver(env.env_id):
+            return [
+                f"{name('steps')} {self.steps} needs a game with a scripted solver, and {env.env_id!r} has none; "
+                "set --warm-start.steps 0"
+            ]
+        if self.teacher not in (known := teachers(env.env_id)):
+            return [
+                f"{name('teacher')} {self.teacher!r} is not a teacher of {env.env_id!r}; choose from {', '.join(known)}"
+            ]
+        return []
+
 
 PIPELINE_MODES = ("sync", "off_policy", "async", "stream")
 
@@ -188,6 +245,19 @@ class PipelineConfig:
     stale_kv: str = "keep"
     """async, on publication: keep the keys and values an in-flight episode computed under the old policy, or
     recompute them (prefill its stream again under the new one)"""
+
+    def errors(self, name: FieldName = str) -> list[str]:
+        """An unknown mode or stale_kv, a lag or staleness that is not an integer >= 0."""
+        errors = []
+        if self.mode not in PIPELINE_MODES:
+            errors.append(f"{name('mode')} is {self.mode!r}; choose {', '.join(PIPELINE_MODES)}")
+        for knob in ("lag", "max_staleness"):
+            value = getattr(self, knob)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                errors.append(f"{name(knob)} is {value!r}; it must be an integer >= 0")
+        if self.stale_kv not in ("keep", "recompute"):
+            errors.append(f"{name('stale_kv')} is {self.stale_kv!r}; choose keep or recompute")
+        return errors
 
 
 @dataclass(frozen=True)
@@ -414,25 +484,6 @@ def log_errors(log: LogConfig, name: Any = _plain) -> list[str]:
     return errors
 
 
-def _algorithm_errors(algorithm) -> list[str]:
-    """What a registered algorithm names but nobody registered (a user's record with a typo)."""
-    from jgem.algos.advantages import ADVANTAGES
-    from jgem.algos.losses import POLICY_LOSSES
-
-    errors = []
-    if algorithm.advantage not in ADVANTAGES:
-        errors.append(
-            f"algorithm {algorithm.name!r} uses the advantage estimator {algorithm.advantage!r}, which is not "
-            f"registered; registered: {', '.join(sorted(ADVANTAGES))}"
-        )
-    if algorithm.policy_loss is not None and algorithm.policy_loss not in POLICY_LOSSES:
-        errors.append(
-            f"algorithm {algorithm.name!r} uses the policy loss {algorithm.policy_loss!r}, which is not registered; "
-            f"registered: {', '.join(POLICY_LOSSES.names())}"
-        )
-    return errors
-
-
 def run_dir_errors(run_dir: str, name: Any = _plain) -> list[str]:
     """A run directory that training could not create or write: a file on its path, or a directory without write
     access. A run finds out before it builds anything, not at its first write once the model is built. Not part of
@@ -470,127 +521,93 @@ def pipeline_warnings(cfg: TrainConfig, name: Any = _plain) -> list[str]:
     ]
 
 
-def validate(cfg: TrainConfig, num_devices: int) -> None:
-    """Fail fast, before anything compiles, on a config that cannot run: a `ConfigError` (a ValueError) whose
-    messages say what to change."""
-    from jgem.registry import import_modules, spec
+def _under(prefix: str, name: FieldName) -> FieldName:
+    """`name` for the fields of the sub-config at `prefix`: `_under("env", f)("env_id")` is `f("env.env_id")`."""
+    return lambda path: name(f"{prefix}.{path}")
 
-    f = field_ref
-    try:
-        import_modules(cfg.env.imports)  # before the env id is looked up
-    except ImportError as e:
-        raise ConfigError([f"{f('env.imports')}: {e}"]) from e
+
+def _step_errors(cfg: TrainConfig, algorithm: Algorithm | None, name: FieldName) -> list[str]:
+    """The steps, a step's episodes and their groups, as the algorithm needs them; the discount."""
     errors = []
-    algorithm = ALGORITHMS.get(cfg.algorithm) if cfg.algorithm in ALGORITHMS else None
-    if algorithm is None:
-        errors.append(f"{f('algorithm')} {cfg.algorithm!r} is unknown; choose one of {', '.join(ALGORITHMS.names())}")
-    else:
-        errors += _algorithm_errors(algorithm)
-    known_env = True
-    if cfg.env.backend != "remote":
-        try:
-            spec(cfg.env.env_id)
-        except KeyError as e:
-            known_env = False
-            errors.append(f"{f('env.env_id')}: {e.args[0]}")
-    else:
-        try:
-            cfg.env.read_remote_token()
-        except ValueError as e:
-            errors.append(f"{f('env.remote_token_file')}: {e}")
-        if not cfg.env.remote_urls:
-            errors.append(f"{f('env.backend')} remote needs {f('env.remote_urls')} (one or more env server URLs)")
-    from jgem.envs.with_tools import tool_errors
-
-    errors += tool_errors(tuple(cfg.env.tools), cfg.env.mcp_server, cfg.env.tool_format)
-    errors += log_errors(cfg.log, f)
-    if cfg.warm_start.steps > 0 and known_env:  # an unknown id has its own message; no solver hint on top
-        from jgem.envs.games.solvers import has_solver, teachers
-
-        if not has_solver(cfg.env.env_id):
-            errors.append(
-                f"{f('warm_start.steps')} {cfg.warm_start.steps} needs a game with a scripted solver, and "
-                f"{cfg.env.env_id!r} has none; set --warm-start.steps 0"
-            )
-        elif cfg.warm_start.teacher not in (known := teachers(cfg.env.env_id)):
-            errors.append(
-                f"{f('warm_start.teacher')} {cfg.warm_start.teacher!r} is not a teacher of {cfg.env.env_id!r}; "
-                f"choose from {', '.join(known)}"
-            )
-    if cfg.model.path is not None and not (Path(cfg.model.path) / "config.json").is_file():
-        errors.append(
-            f"{f('model.path')} {cfg.model.path!r} is not a local HF checkpoint directory (no config.json there)"
-        )
-    if cfg.model.tokenizer_path is not None and not Path(cfg.model.tokenizer_path).is_dir():
-        errors.append(f"{f('model.tokenizer_path')} {cfg.model.tokenizer_path!r} does not exist")
     if cfg.steps < 0:
-        errors.append(f"{f('steps')} is {cfg.steps}; it must be >= 0")
+        errors.append(f"{name('steps')} is {cfg.steps}; it must be >= 0")
     if cfg.episodes_per_step < 1:
-        errors.append(f"{f('episodes_per_step')} is {cfg.episodes_per_step}; it must be >= 1")
+        errors.append(f"{name('episodes_per_step')} is {cfg.episodes_per_step}; it must be >= 1")
     if cfg.group_size < 1 or cfg.episodes_per_step % cfg.group_size:
         errors.append(
-            f"{f('episodes_per_step')} {cfg.episodes_per_step} is not divisible by {f('group_size')} "
-            f"{cfg.group_size}; use a multiple of {f('group_size')}"
+            f"{name('episodes_per_step')} {cfg.episodes_per_step} is not divisible by {name('group_size')} "
+            f"{cfg.group_size}; use a multiple of {name('group_size')}"
         )
     if algorithm is not None and algorithm.grouped and cfg.group_size < 2:
-        errors.append(f"{cfg.algorithm} normalises within groups of rollouts; set {f('group_size')} >= 2 (e.g. 8)")
-    pipe = cfg.pipeline
-    if pipe.mode not in PIPELINE_MODES:
-        errors.append(f"{f('pipeline.mode')} is {pipe.mode!r}; choose {', '.join(PIPELINE_MODES)}")
-    for name in ("lag", "max_staleness"):
-        value = getattr(pipe, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            errors.append(f"{f('pipeline.' + name)} is {value!r}; it must be an integer >= 0")
-    if pipe.stale_kv not in ("keep", "recompute"):
-        errors.append(f"{f('pipeline.stale_kv')} is {pipe.stale_kv!r}; choose keep or recompute")
+        errors.append(f"{cfg.algorithm} normalises within groups of rollouts; set {name('group_size')} >= 2 (e.g. 8)")
     if cfg.rollout.dynamic_sampling and algorithm is not None and not algorithm.grouped:
         grouped = ", ".join(a for a in ALGORITHMS.names() if ALGORITHMS.get(a).grouped)
         errors.append(
-            f"{f('rollout.dynamic_sampling')} drops the groups whose returns are all equal, which carry no signal "
-            f"only to a group estimator, and {cfg.algorithm} has none; use one of {grouped} (with {f('group_size')} "
-            f">= 2), or drop {f('rollout.dynamic_sampling')}"
-        )
-    rounds = cfg.rollout.max_resample_rounds
-    if not (isinstance(rounds, int) and not isinstance(rounds, bool) and 0 <= rounds <= MAX_RESAMPLE_ROUNDS):
-        errors.append(
-            f"{f('rollout.max_resample_rounds')} is {rounds!r}; it must be an integer in [0, {MAX_RESAMPLE_ROUNDS}] "
-            "(the extra rounds of groups a step may play)"
-        )
-    if cfg.learner.temperature != cfg.rollout.temperature:
-        errors.append(
-            f"{f('learner.temperature')} {cfg.learner.temperature} differs from {f('rollout.temperature')} "
-            f"{cfg.rollout.temperature}; the learner must score actions at the temperature they were sampled at"
+            f"{name('rollout.dynamic_sampling')} drops the groups whose returns are all equal, which carry no signal "
+            f"only to a group estimator, and {cfg.algorithm} has none; use one of {grouped} (with "
+            f"{name('group_size')} >= 2), or drop {name('rollout.dynamic_sampling')}"
         )
     if not 0.0 <= cfg.gamma <= 1.0:
-        errors.append(f"{f('gamma')} must be in [0, 1], got {cfg.gamma}")
+        errors.append(f"{name('gamma')} must be in [0, 1], got {cfg.gamma}")
+    return errors
+
+
+def _learner_errors(cfg: TrainConfig, name: FieldName) -> list[str]:
+    """The learner against the sampler (its temperature) and the weights (16-bit full fine-tuning with a small
+    learning rate), and the names it takes from the registries."""
+    from jgem.algos.learner import config_errors  # the registries fill as the learner's modules load
+
+    errors = []
+    if cfg.learner.temperature != cfg.rollout.temperature:
+        errors.append(
+            f"{name('learner.temperature')} {cfg.learner.temperature} differs from {name('rollout.temperature')} "
+            f"{cfg.rollout.temperature}; the learner must score actions at the temperature they were sampled at"
+        )
     if cfg.model.param_dtype in ("bfloat16", "float16") and cfg.model.lora.rank == 0 and cfg.learner.lr < 1e-4:
         errors.append(
-            f"{f('model.param_dtype')} {cfg.model.param_dtype} with {f('learner.lr')} {cfg.learner.lr:g}: 16-bit "
-            "weights round away an optimizer step below ~2^-8 of their size (1e-4 at a weight of 0.03), so full "
-            "fine-tuning would leave most of them unchanged; use --model.param-dtype float32 (float32 master weights; "
-            "--model.dtype bfloat16 keeps bf16 compute) or LoRA (--model.lora.rank 16: float32 adapters on the "
-            "frozen 16-bit base)"
+            f"{name('model.param_dtype')} {cfg.model.param_dtype} with {name('learner.lr')} {cfg.learner.lr:g}: "
+            "16-bit weights round away an optimizer step below ~2^-8 of their size (1e-4 at a weight of 0.03), so "
+            "full fine-tuning would leave most of them unchanged; use --model.param-dtype float32 (float32 master "
+            "weights; --model.dtype bfloat16 keeps bf16 compute) or LoRA (--model.lora.rank 16: float32 adapters on "
+            "the frozen 16-bit base)"
         )
-    from jgem.algos.learner import config_errors as learner_errors  # the registries the names refer to
+    return errors + config_errors(cfg.learner, _under("learner", name))
 
-    errors += learner_errors(cfg.learner, lambda name: f(f"learner.{name}"))
-    errors += range_errors(cfg, f)
-    split = cfg.mesh.split_errors(num_devices)
-    errors += split
-    learner_devices = num_devices - (0 if split else cfg.mesh.rollout_devices)
+
+def _mesh_errors(cfg: TrainConfig, num_devices: int, name: FieldName) -> list[str]:
+    """The split of the devices, the learner's mesh on its share, and its micro-batches over the batch axes."""
+    errors = cfg.mesh.split_errors(num_devices)
+    learner_devices = num_devices - (0 if errors else cfg.mesh.rollout_devices)
     try:
         sizes = cfg.mesh.resolve(learner_devices)
     except ValueError as e:
         if learner_devices != num_devices:
-            e = f"the learner's mesh (the {learner_devices} devices {f('mesh.rollout_devices')} leaves): {e}"
-        errors.append(str(e))
-    else:
-        batch_axes = sizes[0] * sizes[1]
-        mb = cfg.learner.micro_batch_size
-        if mb is not None and mb % batch_axes:
-            errors.append(
-                f"{f('learner.micro_batch_size')} {mb} is not divisible by {batch_axes} devices on mesh axes "
-                f"(data, fsdp); use a multiple of {batch_axes}"
-            )
+            e = f"the learner's mesh (the {learner_devices} devices {name('mesh.rollout_devices')} leaves): {e}"
+        return [*errors, str(e)]
+    batch_axes = sizes[0] * sizes[1]
+    mb = cfg.learner.micro_batch_size
+    if mb is not None and mb % batch_axes:
+        errors.append(
+            f"{name('learner.micro_batch_size')} {mb} is not divisible by {batch_axes} devices on mesh axes "
+            f"(data, fsdp); use a multiple of {batch_axes}"
+        )
+    return errors
+
+
+def validate(cfg: TrainConfig, num_devices: int) -> None:
+    """Fail fast, before anything compiles, on a config that cannot run: a `ConfigError` (a ValueError) whose
+    messages say what to change."""
+    f = field_ref
+    try:
+        import_modules(cfg.env.imports)  # before the env id and the algorithm are looked up
+    except ImportError as e:
+        raise ConfigError([f"{f('env.imports')}: {e}"]) from e
+    algorithm = ALGORITHMS.get(cfg.algorithm) if cfg.algorithm in ALGORITHMS else None
+    errors = ALGORITHMS.name_errors(cfg.algorithm, f("algorithm")) if algorithm is None else algorithm.errors()
+    errors += cfg.env.errors(_under("env", f)) + log_errors(cfg.log, f)
+    errors += cfg.warm_start.errors(cfg.env, _under("warm_start", f)) + cfg.model.errors(_under("model", f))
+    errors += _step_errors(cfg, algorithm, f) + cfg.pipeline.errors(_under("pipeline", f))
+    errors += cfg.rollout.errors(_under("rollout", f)) + _learner_errors(cfg, f) + range_errors(cfg, f)
+    errors += _mesh_errors(cfg, num_devices, f)
     if errors:
         raise ConfigError(errors)

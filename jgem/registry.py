@@ -116,6 +116,13 @@ class Registry(Generic[T]):
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
 
+    def name_errors(self, name: object, label: str, *, also: Sequence[str] = ()) -> list[str]:
+        """A config's check of a name: [] when `name` is registered (or one of `also`, names that mean none), else
+        one message, `{label} 'name' is unknown; choose one of ...` (`label` names the field)."""
+        if name in also or name in self._entries:
+            return []
+        return [f"{label} {name!r} is unknown; choose one of {', '.join((*also, *self._entries))}"]
+
     def __contains__(self, name: object) -> bool:
         return name in self._entries
 

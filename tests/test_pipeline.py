@@ -338,7 +338,7 @@ def test_recomputed_tokens_count_only_positions_prefilled_again(tmp_path):
         # every live episode's action sent (its slot holds its stream), none answered yet
         waiting = lambda: any(eng._live) and all(x is None or (x.phase == "env" and x.cached) for x in eng._live)
         eng.run({0: tr.policy()}, until=waiting)
-        assert eng.publish(1, stale_kv="recompute") > 0  # positions the slots held
+        assert eng.adopt_version(1, stale_kv="recompute") > 0  # positions the slots held
         eng.run({1: tr.policy()})
         assert eng.stats.episodes == 4 and eng.stats.recomputed_tokens == 0
     finally:

@@ -110,7 +110,8 @@ def test_the_user_module_registers_idempotently_and_its_parts_compute_what_it_sa
         a = get_algorithm("test_user_algo")
         assert (a.advantage, a.policy_loss, a.kl, a.critic, a.grouped) == (
             "test_user_sign", "test_user_ratio", "loss", False, False)
-        assert POLICY_LOSSES.get("test_user_ratio") is m.ratio_loss and ADVANTAGES["test_user_sign"] is m.return_sign
+        assert POLICY_LOSSES.get("test_user_ratio") is m.ratio_loss
+        assert ADVANTAGES.get("test_user_sign") is m.return_sign
 
         rewards = jnp.array([[0.0, 1.0, 0.0], [0.0, -2.0, 0.0], [0.0, 0.0, 0.0]])
         mask = jnp.array([[True, True, False], [True, True, True], [True, False, False]])

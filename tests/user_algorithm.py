@@ -12,8 +12,8 @@ Importing it registers, beside jgem's own entries:
 Only this import registers them (jgem knows none of the names), so a run that trains with `--algorithm
 test_user_algo` proves that the registries reached the config's validation and the trainer. With
 `JGEM_TEST_USER_ALGO_TRACE` set to a file, the estimator and the loss append their name to it when the step's program
-is traced: a run can show that its program used them. Registration is idempotent (`overwrite=True`; the
-advantage registry is a plain dict): importing or reloading the module twice is fine.
+is traced: a run can show that its program used them. Registration is idempotent (`overwrite=True`;
+`register_advantage` replaces an estimator of the same name): importing or reloading the module twice is fine.
 """
 
 from __future__ import annotations

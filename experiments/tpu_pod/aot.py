@@ -9,7 +9,7 @@ model is allocated):
 - `update`: the whole training step, `jgem.algos.step.train_step` (the reference policy's log-probs with a KL
   penalty, the critic's values with a critic, the algorithm's advantage estimator over [episodes, turns], then
   epochs x minibatches optimizer steps, each accumulating micro-batches) on the `TrainState` the trainer builds
-  for `--algorithm` (a critic for PPO, `ref_params` when `--learner.kl-coef` > 0) and the `StepBatch` it
+  for `--algorithm` (a critic for PPO, `ref_params` when `--learner.kl-coef` > 0) and the `StepInputs` it
   uploads (one full-length episode per row, rows padded as `Trainer.pack` pads them), with the algorithm's
   `StepSpec` (as `Trainer.step_spec`). `--algorithm` takes several registered algorithms, or `all`: one
   `update` per algorithm, each row naming it;
@@ -53,7 +53,7 @@ from jgem.algos.algorithms import ALGORITHMS, Algorithm
 from jgem.algos.config import LearnerConfig
 from jgem.algos.corrections import resolve as resolve_correction
 from jgem.algos.learner import TrainState, _micro_layout, init_train_state
-from jgem.algos.step import StepBatch, StepSpec, train_step
+from jgem.algos.step import StepInputs, StepSpec, train_step
 from jgem.models.config import PRESETS, ModelConfig, preset
 from jgem.models.platform import target_platform
 from jgem.models.transformer import Transformer, scans_layers
@@ -219,8 +219,8 @@ def step_rows(cfg: AotConfig, mesh) -> int:
     return (1 << max(0, (math.ceil(cfg.episodes / d) - 1).bit_length())) * d
 
 
-def step_batch(cfg: AotConfig, mesh, *, critic: bool) -> StepBatch:
-    """The `StepBatch` the trainer uploads, as ShapeDtypeStructs sharded by rows (`shard_batch`): [rows, tokens]
+def step_inputs(cfg: AotConfig, mesh, *, critic: bool) -> StepInputs:
+    """The `StepInputs` the trainer uploads, as ShapeDtypeStructs sharded by rows (`shard_batch`): [rows, tokens]
     token arrays; [E, K] per-turn arrays, E the episodes padded to a multiple of data*fsdp and K the turns padded
     to a power of two (as `Trainer.pack`); with a critic its value mask and bootstrap rows."""
     B, T = step_rows(cfg, mesh), cfg.tokens
@@ -229,7 +229,7 @@ def step_batch(cfg: AotConfig, mesh, *, critic: bool) -> StepBatch:
     K = 1 << max(0, cfg.turns - 1).bit_length()
     spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding(mesh, len(shape)))
     bt = lambda dtype: spec((B, T), dtype)
-    return StepBatch(
+    return StepInputs(
         tokens=bt(jnp.int32),
         positions=bt(jnp.int32),
         segment_ids=bt(jnp.int32),
@@ -314,7 +314,7 @@ def measure_update(cfg: AotConfig, algo: Algorithm, mcfg: ModelConfig, mesh, chi
     lcfg = algo.learner(cfg.learner)
     reference = cfg.learner.kl_coef > 0  # the trainer keeps the reference whenever there is a KL penalty
     state = abstract_train_state(mcfg, lcfg, mesh, critic=algo.critic, reference=reference)
-    sb = step_batch(cfg, mesh, critic=algo.critic)
+    sb = step_inputs(cfg, mesh, critic=algo.critic)
     M, n, r = _micro_layout(sb, lcfg, mesh)
     steps = lcfg.epochs * M * n
     rows = sb.tokens.shape[0]

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from jgem.algos.returns import discounted_returns, gae
+from jgem.registry import Registry
 
 
 @struct.dataclass
@@ -25,21 +26,17 @@ class Advantages:
 
 
 AdvantageFn = Callable[..., Advantages]
-ADVANTAGES: dict[str, AdvantageFn] = {}
+ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator")
 
 
 def register_advantage(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    def deco(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGES[name] = fn
-        return fn
-
-    return deco
+    """`@register_advantage(name)`: add the estimator under `name`, replacing an earlier one of that name, so a
+    module that registers one can be imported again (`ADVANTAGES.register(name, overwrite=True)`)."""
+    return ADVANTAGES.register(name, overwrite=True)
 
 
 def get_advantage_fn(name: str) -> AdvantageFn:
-    if name not in ADVANTAGES:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {sorted(ADVANTAGES)}")
-    return ADVANTAGES[name]
+    return ADVANTAGES.get(name)
 
 
 def masked_mean_std(x: jax.Array, mask: jax.Array, ddof: int = 0) -> tuple[jax.Array, jax.Array]:

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
-from jgem.algos.registry import Registry
+from jgem.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,17 @@ class Algorithm:
     def __post_init__(self) -> None:
         if self.kl not in ("loss", "reward"):
             raise ValueError(f"Algorithm {self.name!r}: kl must be 'loss' or 'reward', got {self.kl!r}")
+
+    def errors(self) -> list[str]:
+        """What this record names that nobody registered (a user's record with a typo). Imports the estimators and
+        the losses, and with them jax."""
+        from jgem.algos.advantages import ADVANTAGES
+        from jgem.algos.losses import POLICY_LOSSES
+
+        errors = ADVANTAGES.name_errors(self.advantage, f"algorithm {self.name!r}: advantage estimator")
+        if self.policy_loss is not None:
+            errors += POLICY_LOSSES.name_errors(self.policy_loss, f"algorithm {self.name!r}: policy loss")
+        return errors
 
     def learner(self, cfg):
         """The `LearnerConfig` this algorithm trains with, from the run's: the record's policy loss, and no KL term

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from jgem.algos.losses import response_mean
-from jgem.algos.registry import Registry
+from jgem.registry import Registry
 
 
 class Correction(NamedTuple):
@@ -68,10 +68,8 @@ def resolve(cfg: Any) -> tuple[str, float | None, float | None]:
 
 def correction_errors(cfg: Any, name: Callable[[str], str] = str) -> list[str]:
     """What is wrong with a `LearnerConfig`'s correction (each message names the fields as `name(field)`)."""
-    if cfg.correction != "none" and cfg.correction not in CORRECTIONS:
-        return [
-            f"{name('correction')} {cfg.correction!r} is unknown; choose one of none, {', '.join(CORRECTIONS.names())}"
-        ]
+    if unknown := CORRECTIONS.name_errors(cfg.correction, name("correction"), also=("none",)):
+        return unknown
     if cfg.tis_cap is not None and cfg.correction not in ("none", "tis"):
         return [
             f"{name('tis_cap')} {cfg.tis_cap} is the tis correction with that cap; it cannot go with "

@@ -20,10 +20,10 @@ from jax.sharding import Mesh, NamedSharding
 from jgem.algos import corrections, losses
 from jgem.algos.config import LearnerConfig
 from jgem.algos.critic import critic_values
-from jgem.algos.registry import Registry
 from jgem.algos.types import TrainBatch
 from jgem.models.head import token_logprobs
 from jgem.models.lora import trainable
+from jgem.registry import Registry
 from jgem.sharding.rules import (
     DEFAULT_RULES,
     Rules,
@@ -64,11 +64,7 @@ def config_errors(cfg: LearnerConfig, name: Callable[[str], str] = str) -> list[
         ("aggregation", losses.AGGREGATIONS),
         ("kl_estimator", losses.KL_ESTIMATORS),
     )
-    unknown = [
-        f"{name(k)} {getattr(cfg, k)!r} is unknown; choose one of {', '.join(reg.names())}"
-        for k, reg in named
-        if getattr(cfg, k) not in reg
-    ]
+    unknown = [e for k, reg in named for e in reg.name_errors(getattr(cfg, k), name(k))]
     return unknown + corrections.correction_errors(cfg, name)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jgem.algos.registry import Registry
+from jgem.registry import Registry
 
 PolicyLossFn = Callable[[jax.Array, Any, Any], tuple[jax.Array, jax.Array]]
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")

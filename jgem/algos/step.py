@@ -1,6 +1,6 @@
 """One training step as one device program: a structural batch goes up, the metrics come down.
 
-After the rollout the host packs the episodes into a `StepBatch` (tokens, masks, the sampler's log-probs, which
+After the rollout the host packs the episodes into a `StepInputs` (tokens, masks, the sampler's log-probs, which
 episode and turn each action token belongs to, the per-turn rewards `[E, K]`) and uploads it once. `train_step`
 then runs, in one jitted program: the reference policy's log-probs (a KL penalty), the critic's values (PPO;
 also of the states truncated episodes were cut in: rows of their own that only the critic reads), each turn's
@@ -28,7 +28,7 @@ from jgem.algos.types import TrainBatch
 
 
 @struct.dataclass
-class StepBatch:
+class StepInputs:
     """What the host packs after a rollout (B rows of T tokens; E episodes of at most K turns).
 
     tokens, positions, segment_ids i32[B, T]  as in TrainBatch
@@ -82,7 +82,7 @@ class StepSpec:
         return StepSpec(algorithm.advantage, gamma=gamma, lam=lam, reward_kl_coef=coef)
 
 
-def reference_logprobs(state: TrainState, sb: StepBatch) -> jax.Array:
+def reference_logprobs(state: TrainState, sb: StepInputs) -> jax.Array:
     """f32[B, T] log-probs of the batch's tokens under the frozen reference policy."""
     return policy_logprobs(state, state.ref_params, sb.tokens, sb.positions, sb.segment_ids)
 
@@ -94,7 +94,7 @@ def values(state: TrainState, tokens, positions, segment_ids) -> jax.Array:
     return rowwise(one, (tokens, positions, segment_ids), state.cfg.micro_batch_size, state.mesh)
 
 
-def _turn_sums(x: jax.Array, where: jax.Array, sb: StepBatch) -> jax.Array:
+def _turn_sums(x: jax.Array, where: jax.Array, sb: StepInputs) -> jax.Array:
     """f32[E, K]: the sum of x[B, T] over the `where` tokens of each (episode, turn)."""
     E, K = sb.rewards.shape
     e = jnp.where(where & (sb.token_episode >= 0), sb.token_episode, E)  # E: out of range, dropped
@@ -102,7 +102,7 @@ def _turn_sums(x: jax.Array, where: jax.Array, sb: StepBatch) -> jax.Array:
     return jnp.zeros((E, K), jnp.float32).at[e, k].add(jnp.where(where, x, 0.0).astype(jnp.float32), mode="drop")
 
 
-def _on_tokens(table: jax.Array, where: jax.Array, sb: StepBatch) -> jax.Array:
+def _on_tokens(table: jax.Array, where: jax.Array, sb: StepInputs) -> jax.Array:
     """f32[B, T]: table[E, K] at each `where` token's (episode, turn); 0 elsewhere."""
     E, K = table.shape
     e = jnp.clip(sb.token_episode, 0, E - 1)
@@ -110,7 +110,7 @@ def _on_tokens(table: jax.Array, where: jax.Array, sb: StepBatch) -> jax.Array:
     return jnp.where(where, table[e, k], 0.0)
 
 
-def prepare(state: TrainState, sb: StepBatch, spec: StepSpec) -> TrainBatch:
+def prepare(state: TrainState, sb: StepInputs, spec: StepSpec) -> TrainBatch:
     """The `TrainBatch` the learner updates on, computed from `sb` on the devices."""
     if spec.advantage is None:  # supervised: every action token counts once, nothing else is needed
         adv = _on_tokens(sb.turn_mask.astype(jnp.float32), sb.loss_mask, sb)
@@ -120,7 +120,7 @@ def prepare(state: TrainState, sb: StepBatch, spec: StepSpec) -> TrainBatch:
     critic = state.critic_params is not None
     if critic:
         if sb.value_mask is None or sb.bootstrap_tokens is None:
-            raise ValueError("a TrainState with a critic needs StepBatch.value_mask and the bootstrap_* arrays")
+            raise ValueError("a TrainState with a critic needs StepInputs.value_mask and the bootstrap_* arrays")
         v = values(state, sb.tokens, sb.positions, sb.segment_ids)
         options["values"] = _turn_sums(v, sb.value_mask, sb)
         bv = values(state, sb.bootstrap_tokens, sb.bootstrap_positions, sb.bootstrap_segment_ids)
@@ -164,6 +164,6 @@ prepare_batch = jax.jit(prepare, static_argnames="spec")
 
 
 @functools.partial(jax.jit, static_argnames="spec", donate_argnums=0)
-def train_step(state: TrainState, sb: StepBatch, spec: StepSpec) -> tuple[TrainState, dict[str, jax.Array]]:
+def train_step(state: TrainState, sb: StepInputs, spec: StepSpec) -> tuple[TrainState, dict[str, jax.Array]]:
     """`prepare` then `apply_update`, one program: the new state and the update's metrics."""
     return apply_update(state, prepare(state, sb, spec))

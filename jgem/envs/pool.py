@@ -41,7 +41,7 @@ Backend = Literal["inline", "thread", "process", "remote"]
 
 
 @dataclass(frozen=True)
-class StepBatch:
+class EnvResults:
     """Results of one `recv`/`step`; row i belongs to env `env_ids[i]`."""
 
     env_ids: np.ndarray  # [n] int32
@@ -56,12 +56,12 @@ class StepBatch:
         return len(self.obs)
 
     @staticmethod
-    def from_results(results: Sequence[Result]) -> StepBatch:
+    def from_results(results: Sequence[Result]) -> EnvResults:
         if not results:
             e = np.zeros(0, np.bool_)
-            return StepBatch(np.zeros(0, np.int32), [], np.zeros(0, np.float32), e, e.copy(), [], e.copy())
+            return EnvResults(np.zeros(0, np.int32), [], np.zeros(0, np.float32), e, e.copy(), [], e.copy())
         ids, obs, rew, term, trunc, infos, is_reset = zip(*results)
-        return StepBatch(
+        return EnvResults(
             np.array(ids, np.int32),
             list(obs),
             np.array(rew, np.float32),
@@ -389,7 +389,7 @@ class EnvPool:
         self._mark_busy(ids, "send")
         self._backend.submit(ids, "step", actions)
 
-    def recv(self, timeout: float | None = None, *, at_least: int | None = None) -> StepBatch:
+    def recv(self, timeout: float | None = None, *, at_least: int | None = None) -> EnvResults:
         """The first `batch_size` results to finish (all in flight if fewer), in arrival order.
 
         With `at_least`, returns as soon as that many have finished, with every result ready by then (up to
@@ -414,7 +414,7 @@ class EnvPool:
             self._backend.poll(ready, 0, 0.0)  # whatever else has finished by now comes along
         return self._take(list(islice(ready, n)))
 
-    def step(self, env_ids: Sequence[int], actions: Sequence[str]) -> StepBatch:
+    def step(self, env_ids: Sequence[int], actions: Sequence[str]) -> EnvResults:
         """Send, then wait for exactly these envs; rows are ordered as `env_ids`."""
         self.send(env_ids, actions)
         ids = [int(i) for i in env_ids]
@@ -469,12 +469,12 @@ class EnvPool:
 
     # -- bookkeeping ----------------------------------------------------------------------------
 
-    def _take(self, ids: list[int]) -> StepBatch:
+    def _take(self, ids: list[int]) -> EnvResults:
         ready = self._ready
         results = [ready.pop(i) for i in ids]
         self._busy[ids] = False
         self._in_flight -= len(ids)
-        batch = StepBatch.from_results(results)
+        batch = EnvResults.from_results(results)
         self._num_faults += sum("fault" in info for info in batch.infos)
         return batch
 

@@ -138,7 +138,7 @@ def _picklable(r: Result) -> Result:
     return r
 
 
-class _Worker:
+class _EnvWorker:
     def __init__(self, index: int, env_ids: list[int]) -> None:
         self.index = index
         self.env_ids = env_ids
@@ -168,7 +168,7 @@ class ProcessBackend:
         self.factory = factory
         self.step_timeout = step_timeout
         num_workers = min(num_workers, num_envs)
-        self.workers = [_Worker(w, list(range(w, num_envs, num_workers))) for w in range(num_workers)]
+        self.workers = [_EnvWorker(w, list(range(w, num_envs, num_workers))) for w in range(num_workers)]
         self.worker_of = [i % num_workers for i in range(num_envs)]
         self.lost: dict[int, str] = {}  # env id -> why its state was lost (worker restarted while it idled)
         self.inbox: dict[int, Result] = {}
@@ -187,7 +187,7 @@ class ProcessBackend:
             self.close()
             raise
 
-    def _start(self, w: _Worker) -> None:
+    def _start(self, w: _EnvWorker) -> None:
         parent_conn, child_conn = self.ctx.Pipe()
         running = self.ctx.RawArray("d", [0.0, -1.0])
         proc = self.ctx.Process(
@@ -282,7 +282,7 @@ class ProcessBackend:
                     if w.running[1] >= 0:
                         left = w.running[0] + self.step_timeout - now
                     wait_s = left if wait_s is None else min(wait_s, left)
-        by_obj: dict[Any, _Worker] = {}
+        by_obj: dict[Any, _EnvWorker] = {}
         for w in self.workers:
             by_obj[w.conn] = w
             by_obj[w.proc.sentinel] = w
@@ -301,7 +301,7 @@ class ProcessBackend:
                         culprit=culprit,
                     )
 
-    def _drain(self, w: _Worker) -> None:
+    def _drain(self, w: _EnvWorker) -> None:
         conn = w.conn
         try:
             while conn.poll():
@@ -312,7 +312,7 @@ class ProcessBackend:
             w.proc.join()
             self._restart(w, "worker_died", f"worker {w.index} (pid {w.proc.pid}) exited with code {w.proc.exitcode}")
 
-    def _handle(self, w: _Worker, msg: tuple) -> None:
+    def _handle(self, w: _EnvWorker, msg: tuple) -> None:
         op = msg[0]
         if op == "results":
             inbox, outstanding = self.inbox, w.outstanding
@@ -326,7 +326,7 @@ class ProcessBackend:
         elif op == "init_error":
             raise JgemError(f"worker {w.index} failed to build its envs: {msg[1]}")
 
-    def _restart(self, w: _Worker, kind: str, reason: str, culprit: int | None = None) -> None:
+    def _restart(self, w: _EnvWorker, kind: str, reason: str, culprit: int | None = None) -> None:
         if w.proc.is_alive():
             w.proc.kill()
         w.proc.join(timeout=5.0)

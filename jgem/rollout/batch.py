@@ -1,9 +1,9 @@
-"""Episodes -> fixed-shape TrainBatch arrays (numpy, host side), in the multi-turn views.
+"""Episodes -> the fixed-shape token arrays of a training step (numpy, host side), in the multi-turn views.
 
 - `view="per_turn"`: one segment per transition: its prompt followed by its action.
 - `view="chat"`: one segment per episode: the whole token stream (`Episode.stream`; each turn's prompt
-  extends the previous prompt + action), every action token carrying its own turn's advantage. For a
-  causal LM this gives the per-turn view's gradient at a fraction of the tokens.
+  extends the previous prompt + action), every action token marked with its own turn (so it carries that turn's
+  advantage on the device). For a causal LM this gives the per-turn view's gradient at a fraction of the tokens.
 - `view="chat_per_turn"`: one segment per run of turns whose prompts extend the previous prompt + action
   (`extending_runs`): the chat view's rows where the template rewrote nothing, a new row where it did.
 
@@ -11,7 +11,8 @@ Segments are packed into rows (first-fit decreasing); `segment_ids` number a row
 (0 is padding) and `positions` restart at 0 in each segment. The row length comes from `buckets` and
 the row count is padded to a multiple of `batch_divisor`, so XLA sees a bounded set of shapes.
 Alignment follows `token_logprobs`: `old_logprobs[:, t] = log p(tokens[:, t] | tokens[:, <t])`, set on
-action tokens (where `loss_mask` is True) and 0 elsewhere.
+action tokens (where `loss_mask` is True) and 0 elsewhere. Turn-level values (advantages, critic targets) are
+not spread here: the device step (`jgem.algos.step`) puts them onto tokens by `token_episode` / `token_turn`.
 """
 
 from __future__ import annotations
@@ -32,11 +33,8 @@ class Segment:
 
     tokens: np.ndarray  # i32[L]
     loss_mask: np.ndarray  # bool[L]
-    advantages: np.ndarray  # f32[L]
     old_logprobs: np.ndarray  # f32[L]
     value_mask: np.ndarray  # bool[L]: last prompt token of each turn
-    returns: np.ndarray  # f32[L]
-    values: np.ndarray  # f32[L]
     turn_of: np.ndarray  # i32[L]: the turn of each action token and value position, -1 elsewhere
     episode: int  # index into the episodes list
     turns: tuple[int, ...]  # transition indices inside the episode
@@ -44,8 +42,9 @@ class Segment:
 
 @dataclass(frozen=True)
 class PackedBatch:
-    """`arrays`: TrainBatch fields (feed `TrainBatch(**arrays)`); `placement[s] = (row, start, length)` of
-    segment s (in `segments` order); `metrics`: padding fraction, shape and token counts.
+    """`arrays`: the token-level [B, T] inputs of the device step (`jgem.algos.step`): tokens, positions,
+    segment_ids, loss_mask, old_logprobs and value_mask; `placement[s] = (row, start, length)` of segment s (in
+    `segments` order); `metrics`: padding fraction, shape and token counts.
     `token_episode[B, T]` / `token_turn[B, T]` (i32, -1 elsewhere): the episode index and turn of every action
     token and value position, with which the device step (`jgem.algos.step`) puts turn-level `[E, K]` arrays onto
     tokens and sums tokens into them."""
@@ -58,40 +57,19 @@ class PackedBatch:
     token_turn: np.ndarray
 
 
-def _turn_value(table: np.ndarray | None, e: int, k: int, name: str) -> float:
-    if table is None:
-        return 0.0
-    if k >= table.shape[1]:
-        raise ValueError(f"{name} has {table.shape[1]} turns but episode {e} has a turn {k}; pass [E, K] per turn")
-    return float(table[e, k])
-
-
-def episode_segments(
-    episodes: list[Episode],
-    advantages: np.ndarray,
-    *,
-    view: View = "chat",
-    returns: np.ndarray | None = None,
-    values: np.ndarray | None = None,
-) -> list[Segment]:
-    """Unpacked segments of `episodes` with per-turn `advantages[E, K]` (and optional `returns`/`values`
-    [E, K] for a critic) spread onto the action tokens / the last prompt token of each turn."""
-    advantages = np.asarray(advantages, np.float32)
-    if advantages.ndim != 2 or advantages.shape[0] < len(episodes):
-        raise ValueError(f"advantages must be [E, K] with E >= {len(episodes)} episodes, got {advantages.shape}")
-    returns = None if returns is None else np.asarray(returns, np.float32)
-    values = None if values is None else np.asarray(values, np.float32)
+def episode_segments(episodes: list[Episode], *, view: View = "chat") -> list[Segment]:
+    """Unpacked segments of `episodes`, each action token and value position marked with its turn."""
     segments: list[Segment] = []
     for e, ep in enumerate(episodes):
         if view == "per_turn":
             for k in range(ep.num_turns):
-                segments.append(_build(ep, e, [k], advantages, returns, values))
+                segments.append(_build(ep, e, [k]))
         elif view == "chat":
             if ep.num_turns:
-                segments.append(_build(ep, e, list(range(ep.num_turns)), advantages, returns, values))
+                segments.append(_build(ep, e, list(range(ep.num_turns))))
         elif view == "chat_per_turn":
             for run in extending_runs(ep):
-                segments.append(_build(ep, e, run, advantages, returns, values))
+                segments.append(_build(ep, e, run))
         else:
             raise ValueError(f"unknown view {view!r}; use one of {', '.join(VIEWS)}")
     return segments
@@ -113,7 +91,7 @@ def extending_runs(ep: Episode) -> list[list[int]]:
     return runs
 
 
-def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segment:
+def _build(ep: Episode, e: int, turns: list[int]) -> Segment:
     """Segment for `turns` of one episode: the last turn's prompt + action, every listed turn's action
     (found at its prompt's end) marked for the loss."""
     last = ep.transitions[turns[-1]]
@@ -142,23 +120,17 @@ def _build(ep: Episode, e: int, turns: list[int], adv, returns, values) -> Segme
         tok = np.concatenate(tokens).astype(np.int32)
     L = tok.size
     loss_mask = np.zeros(L, bool)
-    a = np.zeros(L, np.float32)
     lp = np.zeros(L, np.float32)
     vmask = np.zeros(L, bool)
-    ret = np.zeros(L, np.float32)
-    val = np.zeros(L, np.float32)
     turn_of = np.full(L, -1, np.int32)
     for k, start in marks:
         t = ep.transitions[k]
         end = start + t.action_ids.size
         loss_mask[start:end] = True
-        a[start:end] = _turn_value(adv, e, k, "advantages")
         lp[start:end] = t.action_logprobs
         vmask[start - 1] = True  # the critic scores the last prompt token of each turn
-        ret[start - 1] = _turn_value(returns, e, k, "returns")
-        val[start - 1] = _turn_value(values, e, k, "values")
         turn_of[start - 1 : end] = k
-    return Segment(tok, loss_mask, a, lp, vmask, ret, val, turn_of, e, tuple(turns))
+    return Segment(tok, loss_mask, lp, vmask, turn_of, e, tuple(turns))
 
 
 def choose_length(longest: int, buckets: tuple[int, ...]) -> int:
@@ -192,7 +164,6 @@ def pack(lengths: list[int], row_len: int) -> list[tuple[int, int]]:
 
 def build_batch(
     episodes: list[Episode],
-    advantages: np.ndarray,
     *,
     view: View = "chat",
     pad_id: int = 0,
@@ -200,24 +171,19 @@ def build_batch(
     batch_divisor: int = 1,
     row_buckets: tuple[int, ...] | None = None,
     packing: bool = True,
-    returns: np.ndarray | None = None,
-    values: np.ndarray | None = None,
 ) -> PackedBatch:
-    """Pack `episodes` into fixed-shape TrainBatch arrays; see the module docstring for the layout.
+    """Pack `episodes` into fixed-shape token arrays; see the module docstring for the layout.
 
     Rows are padded to a multiple of `batch_divisor` (e.g. the data-parallel device count times the
     micro-batch count), then up to the smallest of `row_buckets` that holds them, if given, so the
     number of distinct shapes is at most len(buckets) * len(row_buckets).
-    With `returns` and `values` (critic), the arrays also hold `returns`, `values` and `value_mask`.
     """
     if batch_divisor < 1:
         raise ValueError(f"batch_divisor must be >= 1, got {batch_divisor}")
     bad = [r for r in row_buckets or () if r < 1 or r % batch_divisor]
     if bad:
         raise ValueError(f"row_buckets {bad} are not positive multiples of batch_divisor {batch_divisor}")
-    if (returns is None) != (values is None):
-        raise ValueError("pass returns and values together (critic), or neither")
-    segments = episode_segments(episodes, advantages, view=view, returns=returns, values=values)
+    segments = episode_segments(episodes, view=view)
     if not segments:
         raise ValueError("no transitions to train on: every episode is empty")
     lengths = [s.tokens.size for s in segments]
@@ -239,11 +205,8 @@ def build_batch(
     segment_ids = np.zeros((B, T), np.int32)
     out = {
         "loss_mask": np.zeros((B, T), bool),
-        "advantages": np.zeros((B, T), np.float32),
         "old_logprobs": np.zeros((B, T), np.float32),
         "value_mask": np.zeros((B, T), bool),
-        "returns": np.zeros((B, T), np.float32),
-        "values": np.zeros((B, T), np.float32),
     }
     token_episode = np.full((B, T), -1, np.int32)
     token_turn = np.full((B, T), -1, np.int32)
@@ -261,10 +224,7 @@ def build_batch(
         token_turn[r, s : s + n] = seg.turn_of
         token_episode[r, s : s + n] = np.where(seg.turn_of >= 0, seg.episode, -1)
 
-    arrays = {"tokens": tokens, "positions": positions, "segment_ids": segment_ids}
-    arrays |= {k: out[k] for k in ("loss_mask", "advantages", "old_logprobs")}
-    if returns is not None:
-        arrays |= {k: out[k] for k in ("returns", "values", "value_mask")}
+    arrays = {"tokens": tokens, "positions": positions, "segment_ids": segment_ids} | out
     real = int(sum(lengths))
     metrics = {
         "batch/rows": float(B),

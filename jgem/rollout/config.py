@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -67,6 +68,17 @@ class RolloutConfig:
             raise ValueError(f"RolloutConfig.chunk_steps must be >= 1, got {self.chunk_steps}")
         if self.extend_chunk < 16:
             raise ValueError(f"RolloutConfig.extend_chunk must be >= 16, got {self.extend_chunk}")
+
+    def errors(self, name: Callable[[str], str] = str) -> list[str]:
+        """What `jgem.config.validate` checks here, each message naming the field as `name(field)`: the resample
+        rounds, an integer in [0, MAX_RESAMPLE_ROUNDS]."""
+        rounds = self.max_resample_rounds
+        if isinstance(rounds, int) and not isinstance(rounds, bool) and 0 <= rounds <= MAX_RESAMPLE_ROUNDS:
+            return []
+        return [
+            f"{name('max_resample_rounds')} is {rounds!r}; it must be an integer in [0, {MAX_RESAMPLE_ROUNDS}] (the "
+            "extra rounds of groups a step may play)"
+        ]
 
     @property
     def sampling(self) -> Sampling:

@@ -62,7 +62,7 @@ class RolloutStats:
     as a turn's first decode input); `stream_tokens`: the tokens of the episodes' streams (chat view: each
     episode's stream once; per-turn view: each turn's prompt and action); `shared_prefix_tokens`: first-prompt
     tokens copied from a group peer's slot instead of prefilled; `recomputed_tokens`: positions prefilled again
-    under newly published weights (`publish(stale_kv="recompute")`; counted when prefilled, so an episode that
+    under newly published weights (`adopt_version(stale_kv="recompute")`; counted when prefilled, so an episode that
     ends first adds none); `decode_rows`/`decode_active`: row-steps the
     decode chunks computed / of which a slot was generating."""
 
@@ -318,7 +318,7 @@ class RolloutEngine:
         """Whether episodes are queued or live."""
         return bool(self._queue) or any(x is not None for x in self._live)
 
-    def publish(self, version: int, *, stale_kv: str = "keep") -> int:
+    def adopt_version(self, version: int, *, stale_kv: str = "keep") -> int:
         """Every queued and live episode goes on with policy `version` (partial rollouts: the tokens it samples from
         now on are that version's). `stale_kv`: "keep" the keys and values already computed under the old policy,
         or "recompute" them (each live stream is prefilled again under the new one before it samples). Returns

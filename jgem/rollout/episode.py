@@ -33,7 +33,6 @@ class Transition:
     action_ids: np.ndarray
     action_logprobs: np.ndarray
     reward: float = 0.0
-    value: float | None = None  # critic value at the last prompt token (PPO with a critic)
     stopped: bool = True  # the action ended with a stop token (False: cut at the token limit)
     info: dict[str, Any] = field(default_factory=dict)
     prompt_ids: np.ndarray | None = None  # per-turn view only: this turn's own prompt (a fresh template)
@@ -147,8 +146,8 @@ class Episode:
 def turn_arrays(
     episodes: list[Episode], *, num_turns: int | None = None, num_rows: int | None = None
 ) -> dict[str, np.ndarray]:
-    """Turn-level arrays for the advantage estimators: rewards f32[E, K], turn_mask bool[E, K],
-    group_ids i32[E], and values f32[E, K] when every transition has one.
+    """Turn-level arrays for the advantage estimators: rewards f32[E, K], turn_mask bool[E, K] and
+    group_ids i32[E] (a critic's values come from the device step, `jgem.algos.step`).
 
     `num_turns` / `num_rows` pad K / E to fixed sizes (padded entries are masked out) so the jitted
     estimators compile once per shape.
@@ -163,18 +162,11 @@ def turn_arrays(
     rewards = np.zeros((E, K), np.float32)
     mask = np.zeros((E, K), bool)
     group_ids = np.full((E,), -1, np.int32)
-    has_values = bool(episodes) and all(t.value is not None for e in episodes for t in e.transitions)
-    values = np.zeros((E, K), np.float32)
     for i, e in enumerate(episodes):
         rewards[i, : e.num_turns] = e.rewards
         mask[i, : e.num_turns] = True
         group_ids[i] = e.group_id
-        if has_values:
-            values[i, : e.num_turns] = [t.value for t in e.transitions]
     # padded rows get unique negative groups so they never join a real group
     pad = np.arange(len(episodes), E)
     group_ids[pad] = -1 - pad
-    out = {"rewards": rewards, "turn_mask": mask, "group_ids": group_ids}
-    if has_values:
-        out["values"] = values
-    return out
+    return {"rewards": rewards, "turn_mask": mask, "group_ids": group_ids}

@@ -1,4 +1,4 @@
-"""The host side of a training step: episodes packed into one `StepBatch`, one upload, the step's one device
+"""The host side of a training step: episodes packed into one `StepInputs`, one upload, the step's one device
 program (`jgem.algos.step.train_step`: advantages, critic targets, reference log-probs and the update), one
 download of its metrics."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from jgem.algos.step import StepBatch, StepSpec, prepare_batch, train_step
+from jgem.algos.step import StepInputs, StepSpec, prepare_batch, train_step
 from jgem.algos.types import TrainBatch
 from jgem.config import TrainConfig
 from jgem.rollout.batch import build_batch, pack_prompts
@@ -71,7 +71,7 @@ class Learner(Run):
         else:
             metrics = roles.wait("update", roles.lead, meanwhile)
         if publish:
-            self.publish()
+            self.sync_sampler()
         return metrics
 
     def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
@@ -81,7 +81,7 @@ class Learner(Run):
         return self._prepare(self.state, self.upload(host), self.step_spec(sft=sft)), metrics
 
     def pack(self, episodes: list[Episode], *, sft: bool = False) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """This process's episodes as the host arrays of a `StepBatch` (and the packing's metrics).
+        """This process's episodes as the host arrays of a `StepInputs` (and the packing's metrics).
 
         Shapes agree over processes (one host all-gather of six integers): rows to a power-of-two multiple of the
         batch divisor and row lengths to the longest, so the step compiles for a handful of shapes; episodes to a
@@ -94,16 +94,12 @@ class Learner(Run):
             raise RuntimeError("every episode of this step faulted; check the env (see rollout/faults)")
         critic = not sft and self.state.critic_params is not None
         K = next_pow2(max(e.num_turns for e in episodes))
-        zeros = np.zeros((len(episodes), K), np.float32)
         packed = build_batch(
             episodes,
-            zeros,
             view=cfg.rollout.view,
             pad_id=self.chat.pad_id,
             buckets=cfg.batch_buckets,
             batch_divisor=self.batch_divisor,
-            returns=zeros if critic else None,
-            values=zeros if critic else None,
         )
         d = self.batch_divisor
         shape = lambda a: (next_pow2(math.ceil(a["tokens"].shape[0] / d)) * d, a["tokens"].shape[1]) if a else (0, 0)
@@ -126,15 +122,14 @@ class Learner(Run):
         if critic:
             host["bootstrap_episode"] = pad(glob(boot["key"]), rows_b, T_b, -1)
         host |= turn_arrays(episodes, num_turns=K, num_rows=E)
-        host.pop("values", None)  # the sampler's per-turn values (none here): a critic's come from the step
         metrics: dict[str, float] = dict(packed.metrics)
         if critic:
             metrics["rollout/bootstrapped"] = float(sum(e.next_prompt is not None for e in episodes))
         return host, metrics
 
-    def upload(self, host: dict[str, np.ndarray]) -> StepBatch:
+    def upload(self, host: dict[str, np.ndarray]) -> StepInputs:
         """The step's one host-to-device transfer: every array of the batch, sharded by rows over the mesh."""
-        return StepBatch(**shard_batch(host, self.mesh))
+        return StepInputs(**shard_batch(host, self.mesh))
 
     @staticmethod
     def download(metrics: dict[str, jax.Array]) -> dict[str, float]:

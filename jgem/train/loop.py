@@ -319,7 +319,7 @@ class Trainer(Learner):
             return False
         if restored is not None:
             self.state = restored.state
-        self.publish(full=True)
+        self.sync_sampler(full=True)
         self.host = {k: host[k] for k in HOST_KEYS}
         if self.pipeline:
             self.pipeline.restore(self.host["step"])

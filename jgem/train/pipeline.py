@@ -14,11 +14,11 @@ the later steps' go on playing in the other slots and their envs keep stepping t
   of version v are copied (`keep`) before an update when an episode still needs them, and dropped once none does.
   K = 0 runs the same programs on the same episodes as `sync`: the same params bit for bit.
 - async, `max_staleness` N (ahead = N): every queued and live episode takes each new policy when the update that
-  made it ends (`RolloutEngine.publish`: partial rollouts; `stale_kv` keeps or recomputes the keys and values
+  made it ends (`RolloutEngine.adopt_version`: partial rollouts; `stale_kv` keeps or recomputes the keys and values
   of their streams). Step s + N is submitted at version s, so every token step s + N trains on was sampled by a
   version in [s, s + N]: no trained token is more than N updates stale (checked every step,
   `pipeline/staleness_max`). Which version samples which token depends on timing.
-- stream, `max_staleness` N (ahead = N; AReaL's bound on how far the producer runs ahead): submitted and published
+- stream, `max_staleness` N (ahead = N; AReaL's bound on how far the producer runs ahead): submitted and versioned
   as async, but step s trains whichever whole groups have finished first (the oldest step's first), so a step never
   waits for one slow episode: the slow one trains at a later step, when it is done. Steps still train
   `episodes_per_step` episodes each and never starve (the steps up to s + N are submitted, s of them trained), but
@@ -188,9 +188,9 @@ class Pipeline:
             self.kept[step] = _copy(t.state.params) if t.publisher is None else t.sampler_params
 
     def after_update(self, step: int) -> None:
-        """async and stream: publish version `step + 1` to every queued and live episode."""
+        """async and stream: every queued and live episode goes on with version `step + 1`."""
         if self.mode in ("async", "stream"):
-            self.engine.publish(step + 1, stale_kv=self.cfg.stale_kv)
+            self.engine.adopt_version(step + 1, stale_kv=self.cfg.stale_kv)
 
     def drain(self, step: int) -> None:
         """Play every submitted episode to its end (before an evaluation or a checkpoint); the learner is at

@@ -135,7 +135,7 @@ class Run:
             )
         self.sampler_params = self.sampler_model_state = None
         self._shardings: dict[str, Any] = {}
-        self.publish(full=True)
+        self.sync_sampler(full=True)
         # the envs and the engine live on the sampler's processes (a learner's process in a role split has none)
         self.pool: EnvPool | None = None
         self.engine: RolloutEngine | None = None
@@ -180,7 +180,7 @@ class Run:
             rest, params = self.sampler_model_state, self.sampler_params if params is None else params
         return nnx.merge(self.state.graphdef, params, rest)
 
-    def publish(self, *, full: bool = False) -> None:
+    def sync_sampler(self, *, full: bool = False) -> None:
         """Split meshes: the learner's params onto the sampler's devices, device to device (`Publisher`); with
         `full` the rest of the policy too (its frozen part, e.g. LoRA's base weights: at the start and after a
         restore). With LoRA the params are the adapters, so only they move after an update. The sampler's old
@@ -261,7 +261,7 @@ class Run:
             keep = ("step", "params", "model_state")
             part = ckpt.restore_part(step, {k: getattr(self.state, k) for k in keep})
         self.state = self.state.replace(**part)
-        self.publish(full=True)
+        self.sync_sampler(full=True)
 
     def close(self) -> None:
         if self.pool is not None:

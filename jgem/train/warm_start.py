@@ -46,7 +46,7 @@ def warm_start(learner: Learner, log: Callable[[int, dict[str, float]], None]) -
     if not roles.learns:  # a role split's sampler process: the learners train; it logs their metrics
         for s in range(ws.steps):
             log(s + 1 - ws.steps, roles.receive("warm", [roles.lead])[0])
-        learner.publish()
+        learner.sync_sampler()
         return
     critic = {k: getattr(learner.state, k) for k in ("critic_params", "critic_opt_state", "critic_state")}
     learner.state = learner.state.replace(cfg=sft_cfg, **dict.fromkeys(critic))
@@ -80,4 +80,4 @@ def warm_start(learner: Learner, log: Callable[[int, dict[str, float]], None]) -
         learner.state = reset_optimizer(learner.state)
     if learner.state.ref_params is not None:  # KL keeps RL near what the warm start taught
         learner.state = learner.state.replace(ref_params=jax.tree.map(jnp.copy, learner.state.params))
-    learner.publish()
+    learner.sync_sampler()

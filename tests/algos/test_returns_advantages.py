@@ -7,14 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jgem.algos.advantages import ADVANTAGES, compute_advantages, get_advantage_fn
+from jgem.algos.advantages import ADVANTAGES, compute_advantages, get_advantage_fn, register_advantage
 from jgem.algos.returns import discounted_returns, gae
 
 E, K = 8, 4
 EPS = 1e-6
 # gamma, lam and kl_coef are traced, not static: hypothesis draws them, and a static float compiles a program per
 # drawn value; one program per estimator and shape serves every example
-jitted = {name: jax.jit(fn, static_argnames=("eps", "normalize")) for name, fn in ADVANTAGES.items()}
+jitted = {name: jax.jit(ADVANTAGES.get(name), static_argnames=("eps", "normalize")) for name in ADVANTAGES}
 
 
 # ------------------------------------------------------------------ numpy references
@@ -189,6 +189,33 @@ def test_registry_names_and_errors():
     assert set(ADVANTAGES) == {"reinforce", "rebn", "grpo", "drgrpo", "rloo", "reinforce_pp", "gae"}
     with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'.*choose one of"):
         get_advantage_fn("ppo")
+    assert ADVANTAGES.name_errors("grpo", "algorithm") == []
+    assert ADVANTAGES.name_errors("grpoo", "--algorithm") == [
+        "--algorithm 'grpoo' is unknown; choose one of reinforce, rebn, grpo, drgrpo, rloo, reinforce_pp, gae"
+    ]
+
+
+def test_register_advantage_replaces_an_estimator_of_the_same_name():
+    """A user's module registers again when it is imported again (a reload, a process worker): no error, the
+    newest function wins, the name keeps its place."""
+    names = ADVANTAGES.names()
+    try:
+        first = register_advantage("test_twice")(lambda rewards, turn_mask, **_: None)
+        second = register_advantage("test_twice")(lambda rewards, turn_mask, **_: None)
+        assert first is not second and get_advantage_fn("test_twice") is second
+        assert ADVANTAGES.names() == (*names, "test_twice")
+    finally:
+        ADVANTAGES._entries.pop("test_twice", None)
+
+
+def test_an_algorithm_record_names_what_is_not_registered():
+    from jgem.algos.algorithms import ALGORITHMS, Algorithm
+
+    assert all(ALGORITHMS.get(name).errors() == [] for name in ALGORITHMS)
+    errors = Algorithm("typo", "grpoo", policy_loss="ppoo").errors()
+    assert errors[0].startswith("algorithm 'typo': advantage estimator 'grpoo' is unknown; choose one of reinforce")
+    assert errors[1].startswith("algorithm 'typo': policy loss 'ppoo' is unknown; choose one of ppo, reinforce")
+    assert len(errors) == 2
     with pytest.raises(ValueError, match="'grpo' needs group_ids"):
         compute_advantages("grpo", np.ones((2, 2)), np.ones((2, 2), bool))
     with pytest.raises(ValueError, match="'gae' needs values"):

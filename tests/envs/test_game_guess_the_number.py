@@ -5,7 +5,7 @@ import math
 import pytest
 
 import jgem
-from jgem.envs.games.guess_the_number import Solver
+from jgem.envs.games.guess_the_number import GuessTheNumberSolver
 from tests.envs.game_checks import rigged
 
 
@@ -72,7 +72,7 @@ def test_random_variant_draws_parameters_like_gem() -> None:
 
 def test_solver_halves_the_range() -> None:
     env = game(1, "hard")  # 1..50
-    solver = Solver()
+    solver = GuessTheNumberSolver()
     obs, info = "", {}
     solver.reset(obs, info, env)
     guesses = []

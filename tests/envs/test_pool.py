@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from jgem.core import JgemError
-from jgem.envs.pool import EnvPool, StepBatch
+from jgem.envs.pool import EnvPool, EnvResults
 from jgem.envs.pool_commands import run_command
 from jgem.envs.wrappers import EpisodeStatistics
 from tests.envs.faulty_envs import (
@@ -48,7 +48,7 @@ def _reset_all(pool: EnvPool, seeds: list[int]) -> dict[int, tuple]:
     return out
 
 
-def _sorted(b: StepBatch) -> dict[int, tuple]:
+def _sorted(b: EnvResults) -> dict[int, tuple]:
     return {
         int(i): (b.obs[k], float(b.rewards[k]), bool(b.terminated[k]), bool(b.truncated[k]), b.infos[k])
         for k, i in enumerate(b.env_ids)

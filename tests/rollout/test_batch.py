@@ -1,4 +1,5 @@
-"""Episodes -> TrainBatch arrays: exact layout, packing round trips, alignment, bucket bounds."""
+"""Episodes -> a step's token arrays: exact layout, packing round trips, alignment, bucket bounds, and the turn index
+arrays with which the device step puts each turn's advantage on its own action tokens."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jgem.rollout.batch import build_batch, choose_length, episode_segments, pack, unpack
+from jgem.rollout.batch import PackedBatch, build_batch, choose_length, episode_segments, pack, unpack
 from jgem.rollout.episode import Episode, Transition, turn_arrays
 
 
@@ -21,8 +22,8 @@ def two_episodes() -> list[Episode]:
         env_id="game:GuessTheNumber-v0-easy",
         seed=1,
         transitions=[
-            Transition(0, 0, 3, [10, 11], [-0.1, -0.2], reward=0.0, value=0.5),  # prompt [1, 2, 3]
-            Transition(0, 1, 7, [12], [-0.3], reward=1.0, value=0.25),  # prompt [1, 2, 3, 10, 11, 4, 5]
+            Transition(0, 0, 3, [10, 11], [-0.1, -0.2], reward=0.0),  # prompt [1, 2, 3]
+            Transition(0, 1, 7, [12], [-0.3], reward=1.0),  # prompt [1, 2, 3, 10, 11, 4, 5]
         ],
         success=True,
         stream=[1, 2, 3, 10, 11, 4, 5, 12],
@@ -41,6 +42,14 @@ def owning_prompts(ep: Episode) -> Episode:
 
 
 ADV = np.array([[1.0, 2.0], [3.0, 0.0]], np.float32)
+
+
+def on_tokens(table: np.ndarray, p: PackedBatch, where: str = "loss_mask") -> np.ndarray:
+    """f32[B, T]: a per-turn `table[E, K]` at each `where` token's (episode, turn), 0 elsewhere: what the device step
+    (`jgem.algos.step`) does with the batch's `token_episode` / `token_turn` (e.g. advantages on action tokens)."""
+    mask = p.arrays[where]
+    assert (p.token_episode[mask] >= 0).all() and (p.token_turn[mask] >= 0).all(), f"a {where} token has no turn"
+    return np.where(mask, table[p.token_episode.clip(0), p.token_turn.clip(0)], 0.0).astype(np.float32)
 
 
 def test_episode_records():
@@ -65,11 +74,13 @@ def test_chat_view_transitions_hold_offsets_not_prompt_copies():
             assert ep.prompt_ids(k).size == t.prompt_len and np.shares_memory(ep.prompt_ids(k), ep.stream)
     # the same episodes with owned prompt copies pack bit-identically in both views
     for view in ("chat", "per_turn"):
-        want = build_batch([a, b], ADV, view=view, buckets=(16,)).arrays
-        got = build_batch([owning_prompts(a), owning_prompts(b)], ADV, view=view, buckets=(16,)).arrays
-        assert want.keys() == got.keys()
-        for name in want:
-            np.testing.assert_array_equal(got[name], want[name])
+        want = build_batch([a, b], view=view, buckets=(16,))
+        got = build_batch([owning_prompts(a), owning_prompts(b)], view=view, buckets=(16,))
+        assert want.arrays.keys() == got.arrays.keys()
+        for name in want.arrays:
+            np.testing.assert_array_equal(got.arrays[name], want.arrays[name])
+        np.testing.assert_array_equal(got.token_episode, want.token_episode)
+        np.testing.assert_array_equal(got.token_turn, want.token_turn)
 
 
 def test_episode_refuses_actions_off_its_stream():
@@ -101,22 +112,25 @@ def test_turn_arrays_pad_and_mask():
     np.testing.assert_array_equal(t["rewards"], [[0, 1, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
     np.testing.assert_array_equal(t["turn_mask"], [[1, 1, 0], [1, 0, 0], [0, 0, 0], [0, 0, 0]])
     np.testing.assert_array_equal(t["group_ids"], [7, 7, -3, -4])
-    assert "values" not in t  # episode b has no critic values
-    assert "values" in turn_arrays([a])
+    assert set(t) == {"rewards", "turn_mask", "group_ids"}
     with pytest.raises(ValueError, match="longest episode"):
         turn_arrays([a], num_turns=1)
 
 
 def test_two_episodes_chat_view_exact_arrays():
-    p = build_batch(two_episodes(), ADV, view="chat", buckets=(16, 32), pad_id=99)
+    p = build_batch(two_episodes(), view="chat", buckets=(16, 32), pad_id=99)
     arr = p.arrays
-    assert set(arr) == {"tokens", "positions", "segment_ids", "loss_mask", "advantages", "old_logprobs"}
+    assert set(arr) == {"tokens", "positions", "segment_ids", "loss_mask", "old_logprobs", "value_mask"}
     assert arr["tokens"].shape == (1, 16)
     np.testing.assert_array_equal(arr["tokens"][0], [1, 2, 3, 10, 11, 4, 5, 12, 6, 7, 13, 14, 15, 99, 99, 99])
     np.testing.assert_array_equal(arr["positions"][0], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 0, 0, 0])
     np.testing.assert_array_equal(arr["segment_ids"][0], [1] * 8 + [2] * 5 + [0] * 3)
     np.testing.assert_array_equal(arr["loss_mask"][0], [0, 0, 0, 1, 1, 0, 0, 1, 0, 0, 1, 1, 1, 0, 0, 0])
-    np.testing.assert_array_equal(arr["advantages"][0], [0, 0, 0, 1, 1, 0, 0, 2, 0, 0, 3, 3, 3, 0, 0, 0])
+    np.testing.assert_array_equal(arr["value_mask"][0], [0, 0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0])
+    # the episode and turn of each action token and value position: where the device step puts turn-level values
+    np.testing.assert_array_equal(p.token_episode[0], [-1, -1, 0, 0, 0, -1, 0, 0, -1, 1, 1, 1, 1, -1, -1, -1])
+    np.testing.assert_array_equal(p.token_turn[0], [-1, -1, 0, 0, 0, -1, 1, 1, -1, 0, 0, 0, 0, -1, -1, -1])
+    np.testing.assert_array_equal(on_tokens(ADV, p)[0], [0, 0, 0, 1, 1, 0, 0, 2, 0, 0, 3, 3, 3, 0, 0, 0])
     np.testing.assert_allclose(
         arr["old_logprobs"][0], [0, 0, 0, -0.1, -0.2, 0, 0, -0.3, 0, 0, -0.4, -0.5, -0.6, 0, 0, 0], rtol=1e-6
     )
@@ -127,11 +141,8 @@ def test_two_episodes_chat_view_exact_arrays():
 
 
 def test_two_episodes_per_turn_view_exact_arrays_with_critic():
-    returns = np.array([[0.9, 1.0], [0.0, 0.0]], np.float32)
-    values = np.array([[0.5, 0.25], [0.1, 0.0]], np.float32)
-    p = build_batch(
-        two_episodes(), ADV, view="per_turn", buckets=(8, 16), batch_divisor=2, returns=returns, values=values
-    )
+    returns = np.array([[0.9, 1.0], [0.3, 0.0]], np.float32)
+    p = build_batch(two_episodes(), view="per_turn", buckets=(8, 16), batch_divisor=2)
     arr = p.arrays
     # first-fit decreasing: the 8-token segment fills row 0; the two 5-token ones need a row each; 3 rows -> 4
     assert arr["tokens"].shape == (4, 8)
@@ -143,11 +154,13 @@ def test_two_episodes_per_turn_view_exact_arrays_with_critic():
     ])  # fmt: skip
     np.testing.assert_array_equal(arr["segment_ids"].max(axis=1), [1, 1, 1, 0])
     np.testing.assert_array_equal(arr["loss_mask"][0], [0, 0, 0, 0, 0, 0, 0, 1])  # earlier turns are context only
-    np.testing.assert_array_equal(arr["advantages"][1], [0, 0, 0, 1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(on_tokens(ADV, p)[1], [0, 0, 0, 1, 1, 0, 0, 0])
     np.testing.assert_array_equal(arr["value_mask"][0], [0, 0, 0, 0, 0, 0, 1, 0])
     np.testing.assert_array_equal(arr["value_mask"][1], [0, 0, 1, 0, 0, 0, 0, 0])
-    assert arr["returns"][0, 6] == pytest.approx(1.0) and arr["values"][0, 6] == pytest.approx(0.25)
-    assert arr["returns"][1, 2] == pytest.approx(0.9) and arr["values"][2, 1] == pytest.approx(0.1)
+    # the critic's targets go to the value positions: the last prompt token of each turn
+    targets = on_tokens(returns, p, "value_mask")
+    np.testing.assert_allclose([targets[0, 6], targets[1, 2], targets[2, 1]], [1.0, 0.9, 0.3])
+    assert np.count_nonzero(arr["value_mask"]) == np.count_nonzero(targets) == 3
     assert p.metrics["batch/padding_frac"] == pytest.approx(1 - 18 / 32)
 
 
@@ -155,31 +168,27 @@ def test_chat_view_refuses_non_extending_prompts():
     a = owning_prompts(two_episodes()[0])
     a.transitions[1] = dataclasses.replace(a.transitions[1], prompt_len=6, prompt_ids=[9, 9, 9, 9, 9, 9])
     with pytest.raises(ValueError, match="view='per_turn'"):
-        build_batch([a], ADV[:1], view="chat")
-    build_batch([a], ADV[:1], view="per_turn")  # fine as per-turn prompts
+        build_batch([a], view="chat")
+    build_batch([a], view="per_turn")  # fine as per-turn prompts
 
 
 def test_errors():
     eps = two_episodes()
     with pytest.raises(ValueError, match="largest bucket 4"):
-        build_batch(eps, ADV, buckets=(4,))
+        build_batch(eps, buckets=(4,))
     with pytest.raises(ValueError, match="unknown view"):
-        build_batch(eps, ADV, view="rows")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="together"):
-        build_batch(eps, ADV, returns=ADV)
-    with pytest.raises(ValueError, match=r"\[E, K\]"):
-        build_batch(eps, ADV[:1])
+        build_batch(eps, view="rows")  # type: ignore[arg-type]
 
 
 def test_row_buckets():
     eps = two_episodes()
-    p = build_batch(eps, ADV, view="per_turn", buckets=(8,), batch_divisor=2, row_buckets=(2, 8, 16))
+    p = build_batch(eps, view="per_turn", buckets=(8,), batch_divisor=2, row_buckets=(2, 8, 16))
     assert p.arrays["tokens"].shape == (8, 8)  # 3 rows -> 4 (divisor) -> 8 (row bucket)
     assert p.metrics["batch/padding_frac"] == pytest.approx(1 - 18 / 64)
     with pytest.raises(ValueError, match="largest row bucket 2"):
-        build_batch(eps, ADV, view="per_turn", buckets=(8,), row_buckets=(2,))
+        build_batch(eps, view="per_turn", buckets=(8,), row_buckets=(2,))
     with pytest.raises(ValueError, match="multiples of batch_divisor 4"):
-        build_batch(eps, ADV, batch_divisor=4, row_buckets=(4, 6))
+        build_batch(eps, batch_divisor=4, row_buckets=(4, 6))
 
 
 def test_choose_length_and_pack():
@@ -216,41 +225,47 @@ def test_packing_round_trip_and_invariants(eps, view, divisor):
     K = max(e.num_turns for e in eps)
     adv = np.arange(len(eps) * K, dtype=np.float32).reshape(len(eps), K) + 1.0
     buckets = (16, 32, 64)
-    p = build_batch(eps, adv, view=view, buckets=buckets, batch_divisor=divisor)
+    p = build_batch(eps, view=view, buckets=buckets, batch_divisor=divisor)
     arr = p.arrays
     B, T = arr["tokens"].shape
-    segs = episode_segments(eps, adv, view=view)
+    segs = episode_segments(eps, view=view)
     lengths = [s.tokens.size for s in segs]
     assert B % divisor == 0 and min(b for b in buckets if b >= max(lengths)) == T
     assert divisor + len(segs) > B  # never more rows than one per segment, plus divisor padding
     # round trip: every segment comes back intact, in order
-    for name in ("tokens", "loss_mask", "advantages", "old_logprobs"):
+    for name in ("tokens", "loss_mask", "old_logprobs", "value_mask"):
         for got, seg in zip(unpack(arr, p.placement, name), segs, strict=True):
             np.testing.assert_array_equal(got, getattr(seg, name))
+    for got, seg in zip(unpack({"turn": p.token_turn}, p.placement, "turn"), segs, strict=True):
+        np.testing.assert_array_equal(got, seg.turn_of)
     for r, s, n in p.placement:
         np.testing.assert_array_equal(arr["positions"][r, s : s + n], np.arange(n))
         assert len(set(arr["segment_ids"][r, s : s + n])) == 1 and arr["segment_ids"][r, s] > 0
     assert (arr["segment_ids"] > 0).sum() == sum(lengths)
     assert p.metrics["batch/padding_frac"] == pytest.approx(1 - sum(lengths) / (B * T))
-    # masks: only action tokens carry loss, advantages and old log-probs
+    # masks: only action tokens carry loss and old log-probs; only they and the value positions have a turn
     mask = arr["loss_mask"]
-    assert not arr["advantages"][~mask].any() and not arr["old_logprobs"][~mask].any()
+    assert not arr["old_logprobs"][~mask].any()
     assert mask.sum() == sum(e.num_action_tokens for e in eps)
-    # every turn's advantage lands on exactly its own action tokens
+    assert arr["value_mask"].sum() == sum(e.num_turns for e in eps) and not (mask & arr["value_mask"]).any()
+    marked = mask | arr["value_mask"]
+    assert ((p.token_episode >= 0) == marked).all() and ((p.token_turn >= 0) == marked).all()
+    # every turn's advantage lands on exactly its own action tokens (as the device step spreads it)
+    adv_tokens = on_tokens(adv, p)
     expect = sorted(float(adv[e, k]) for e, ep in enumerate(eps) for k, t in enumerate(ep.transitions)
                     for _ in t.action_ids)  # fmt: skip
-    assert sorted(arr["advantages"][mask].tolist()) == expect
+    assert sorted(adv_tokens[mask].tolist()) == expect
 
 
-def _action_contexts(arr) -> Counter:
-    """(context before the token within its segment, token, advantage, old log-prob) for every loss token."""
+def _action_contexts(p: PackedBatch, adv: np.ndarray) -> Counter:
+    """(context before the token within its segment, token, advantage, old log-prob) for every loss token, its
+    advantage `adv[E, K]` spread by the batch's turn index arrays."""
+    arr, a = p.arrays, on_tokens(adv, p)
     out = Counter()
     for r, t in zip(*np.nonzero(arr["loss_mask"])):
         seg = arr["segment_ids"][r]
         ctx = arr["tokens"][r, :t][seg[:t] == seg[t]]
-        out[
-            (tuple(ctx), int(arr["tokens"][r, t]), float(arr["advantages"][r, t]), float(arr["old_logprobs"][r, t]))
-        ] += 1
+        out[(tuple(ctx), int(arr["tokens"][r, t]), float(a[r, t]), float(arr["old_logprobs"][r, t]))] += 1
     return out
 
 
@@ -262,9 +277,9 @@ def test_chat_view_conditions_each_action_token_like_per_turn(eps):
     so both views have the same loss and gradient."""
     K = max(e.num_turns for e in eps)
     adv = np.random.default_rng(0).normal(size=(len(eps), K)).astype(np.float32)
-    chat = build_batch(eps, adv, view="chat", buckets=(64,))
-    per_turn = build_batch(eps, adv, view="per_turn", buckets=(64,))
-    assert _action_contexts(chat.arrays) == _action_contexts(per_turn.arrays)
+    chat = build_batch(eps, view="chat", buckets=(64,))
+    per_turn = build_batch(eps, view="per_turn", buckets=(64,))
+    assert _action_contexts(chat, adv) == _action_contexts(per_turn, adv)
     assert chat.metrics["batch/tokens"] <= per_turn.metrics["batch/tokens"]
 
 
@@ -278,9 +293,9 @@ def test_the_per_turn_chat_view_conditions_each_action_token_on_its_own_prompt(e
     adv = np.random.default_rng(0).normal(size=(len(eps), K)).astype(np.float32)
     owned = [owning_prompts(e) for e in eps]
     rows = lambda p: int(p.arrays["segment_ids"].max(axis=1).sum())
-    same = build_batch(owned, adv, view="chat_per_turn", buckets=(64,))
-    assert rows(same) == len(eps) and _action_contexts(same.arrays) == _action_contexts(
-        build_batch(eps, adv, view="chat", buckets=(64,)).arrays
+    same = build_batch(owned, view="chat_per_turn", buckets=(64,))
+    assert rows(same) == len(eps) and _action_contexts(same, adv) == _action_contexts(
+        build_batch(eps, view="chat", buckets=(64,)), adv
     )
     rewritten = 0
     for e, ep in enumerate(owned):
@@ -295,10 +310,8 @@ def test_the_per_turn_chat_view_conditions_each_action_token_on_its_own_prompt(e
                     prompt = t.prompt_ids.copy()
                     prompt[at] = 99 + rewritten
                     ep.transitions[j] = dataclasses.replace(t, prompt_ids=prompt)
-    p = build_batch(owned, adv, view="chat_per_turn", buckets=(64,))
-    assert _action_contexts(p.arrays) == _action_contexts(
-        build_batch(owned, adv, view="per_turn", buckets=(64,)).arrays
-    )
+    p = build_batch(owned, view="chat_per_turn", buckets=(64,))
+    assert _action_contexts(p, adv) == _action_contexts(build_batch(owned, view="per_turn", buckets=(64,)), adv)
     assert rows(p) == len(eps) + rewritten
 
 
@@ -328,10 +341,8 @@ def test_chatformat_episodes_pack_in_both_views():
             lo, hi = (lo, guess - 1) if "lower" in obs.lower() else (guess + 1, hi)
             stream += chat.observation_tokens(obs)
         episodes.append(Episode(e, 0, "game:GuessTheNumber-v0-easy", e, trans, stream=stream))
-    K = max(ep.num_turns for ep in episodes)
-    adv = np.ones((len(episodes), K), np.float32)
     for view in ("chat", "per_turn"):
-        p = build_batch(episodes, adv, view=view, pad_id=chat.pad_id, buckets=(512, 1024, 2048), batch_divisor=2)
+        p = build_batch(episodes, view=view, pad_id=chat.pad_id, buckets=(512, 1024, 2048), batch_divisor=2)
         arr = p.arrays
         got = []
         for r in range(arr["tokens"].shape[0]):
@@ -381,8 +392,9 @@ def test_chat_and_per_turn_views_give_the_same_loss_and_gradient():
     results = {}
     for view in ("chat", "per_turn"):
         # one shape for both views, so the objective compiles once
-        packed = build_batch(eps, adv, view=view, buckets=(64,), row_buckets=(4,))
-        results[view] = grad_fn(params, {k: jnp.asarray(v) for k, v in packed.arrays.items()})
+        packed = build_batch(eps, view=view, buckets=(64,), row_buckets=(4,))
+        arrays = packed.arrays | {"advantages": on_tokens(adv, packed)}
+        results[view] = grad_fn(params, {k: jnp.asarray(v) for k, v in arrays.items()})
     (lc, gc), (lp, gp) = results["chat"], results["per_turn"]
     np.testing.assert_allclose(float(lc), float(lp), rtol=1e-5)
     assert abs(float(lc)) > 1.0  # a real, non-trivial objective

@@ -157,8 +157,7 @@ def test_learner_sees_exactly_the_sampled_tokens(setup, played, view):
     _, chat, _, model = setup
     eps, stats = played(view)
     assert stats.turns == sum(e.num_turns for e in eps) > len(eps)
-    adv = np.zeros((len(eps), max(e.num_turns for e in eps)), np.float32)
-    packed = build_batch(eps, adv, view=view, pad_id=chat.pad_id)
+    packed = build_batch(eps, view=view, pad_id=chat.pad_id)
     a = packed.arrays
     lp, _ = _logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
     m = a["loss_mask"]
@@ -183,8 +182,9 @@ def test_the_per_turn_chat_view_trains_the_chat_views_rows_where_nothing_is_rewr
     for view in ("chat", "chat_per_turn"):
         eps = scripted_episodes(GUESS, specs, chat, view=view, max_turns=6)
         assert sum(e.num_turns for e in eps) > len(eps)
-        adv = np.arange(len(eps) * 6, dtype=np.float32).reshape(len(eps), 6)
-        batches.append(build_batch(eps, adv, view=view, pad_id=chat.pad_id).arrays)
+        p = build_batch(eps, view=view, pad_id=chat.pad_id)
+        # the turn index arrays too: each action token carries its own turn's advantage on the device
+        batches.append(p.arrays | {"token_episode": p.token_episode, "token_turn": p.token_turn})
     assert batches[0].keys() == batches[1].keys()
     for key in batches[0]:
         np.testing.assert_array_equal(batches[0][key], batches[1][key], err_msg=key)
@@ -228,8 +228,7 @@ def test_the_per_turn_chat_view_follows_a_template_that_rewrites_history(setup):
     assert (
         stats.prefill_tokens == prompts - kept
     )  # (the prefill count includes each prompt's last token, fed by decode)
-    adv = np.zeros((len(eps), max(e.num_turns for e in eps)), np.float32)
-    a = build_batch(eps, adv, view="chat_per_turn", pad_id=chat.pad_id).arrays
+    a = build_batch(eps, view="chat_per_turn", pad_id=chat.pad_id).arrays
     assert a["segment_ids"].max(axis=1).sum() == turns  # every turn a row of its own
     lp, _ = _logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
     m = a["loss_mask"]
@@ -405,7 +404,7 @@ def test_groups_share_their_first_prompt(setup):
     assert eps[0].prompt_ids(0).tolist() == eps[1].prompt_ids(0).tolist()
     first = eps[0].transitions[0].prompt_len
     assert stats.shared_prefix_tokens == 4 * (first - 1)  # 4 groups of 2: one prefill each, one copy each
-    packed = build_batch(eps, np.zeros((8, 8), np.float32), view="chat", pad_id=chat.pad_id)
+    packed = build_batch(eps, view="chat", pad_id=chat.pad_id)
     a = packed.arrays
     lp, _ = _logprobs(model, a["tokens"], a["positions"], a["segment_ids"])
     np.testing.assert_allclose(np.asarray(lp)[a["loss_mask"]], a["old_logprobs"][a["loss_mask"]], atol=2e-4)

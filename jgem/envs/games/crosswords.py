@@ -116,7 +116,7 @@ class CrosswordsEnv(WordGridEnv):
         return f"\\boxed{{{r} {c} {_LETTERS[int(self.np_random.integers(26))]}}}"
 
 
-class Solver:
+class CrosswordsSolver:
     """Reference solver: reads the answers from the env and fills one open square per turn, word by word."""
 
     def reset(self, obs: str, info: dict[str, Any], env: CrosswordsEnv) -> None:

@@ -144,7 +144,7 @@ class FifteenPuzzleEnv(GameEnv):
         return f"\\boxed{{{list(_BLANK_STEP)[int(self.np_random.integers(4))]}}}"
 
 
-class Solver:
+class FifteenPuzzleSolver:
     """Plans with weighted A* (fast); if the plan is longer than the moves left, retries with smaller
     weights and finally plays a shortest solution (BFS on 2x2, IDA* with Manhattan distance + linear
     conflict above). Every board jgem deals has a solution within the turn limit."""

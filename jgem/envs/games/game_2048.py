@@ -152,7 +152,7 @@ def _score(board: Board) -> float:
     return sum(v * v for v in flat) + 8.0 * flat.count(0) * max(flat) + 2.0 * corner * corner
 
 
-class Solver:
+class Game2048Solver:
     """Depth-2 expectimax (move, spawn, move) over a merge-seeking heuristic.
 
     Only the likely spawn (a 2, 90%) is expanded: half the work, and no weaker in practice

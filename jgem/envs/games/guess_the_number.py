@@ -102,7 +102,7 @@ class GuessTheNumberEnv(GameEnv):
         return f"\\boxed{{{int(self.np_random.integers(self.min_number, self.max_number + 1))}}}"
 
 
-class Solver:
+class GuessTheNumberSolver:
     """Binary search on the higher/lower hints in the observations."""
 
     def reset(self, obs: str, info: dict[str, Any], env: Env) -> None:
@@ -121,7 +121,7 @@ class Solver:
         return f"\\boxed{{{(self.lo + self.hi) // 2}}}"
 
 
-class UniformTeacher(Solver):
+class UniformTeacher(GuessTheNumberSolver):
     """A weaker teacher: guesses uniformly among the numbers the hints still leave possible. It always wins given
     enough turns (about 2 ln n guesses for n numbers against binary search's log2 n), so a policy that imitates it
     has turns to save: what a discount factor below 1 rewards (GEM's study of gamma)."""

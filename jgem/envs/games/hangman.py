@@ -114,7 +114,7 @@ class HangmanEnv(GameEnv):
         return f"\\boxed{{{chr(ord('A') + int(self.np_random.integers(26)))}}}"
 
 
-class Solver:
+class HangmanSolver:
     """Keeps the words that fit the board, the missed letters and its wrong word guesses; guesses the
     letter (or word) that leaves the fewest words on average, and the word once only one fits."""
 

@@ -131,7 +131,7 @@ def all_codes(code_length: int, num_numbers: int, duplicates: bool) -> list[tupl
     return list(itertools.permutations(digits, code_length))
 
 
-class Solver:
+class MastermindSolver:
     """Keeps the codes consistent with all feedback; minimax (Knuth) guess once few remain."""
 
     minimax_limit = 32  # bounds the work per turn to 32 x |all codes| scorings

@@ -196,7 +196,7 @@ class MinesweeperEnv(GameEnv):
         return f"\\boxed{{{command} {r} {c}}}"
 
 
-class Solver:
+class MinesweeperSolver:
     """Logic first (single-cell, subset and mine-count rules), then the lowest-risk guess from an
     enumeration of the frontier's mine layouts. Flags every known mine, and flags the remaining
     hidden cells before uncovering the last safe one, since the win needs all mines flagged."""

@@ -129,7 +129,7 @@ class SokobanEnv(GameEnv):
         return f"\\boxed{{{DIRECTIONS[int(self.np_random.integers(4))]}}}"
 
 
-class Solver:
+class SokobanSolver:
     """A* over box pushes (shortest in player moves); replans whenever the board is not where it expects."""
 
     def reset(self, obs: str, info: dict[str, Any], env: SokobanEnv) -> None:

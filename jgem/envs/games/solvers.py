@@ -3,8 +3,8 @@
 The web envs' tasks carry their own solutions; `solver_for` hands out their solver too
 (`jgem.envs.web.solver`), so the warm start and the tools that play solvers treat them like games.
 
-Each game module defines `class Solver` with `reset(obs, info, env)` and `act(obs, info, env) -> str`;
-`env` is the unwrapped game, for solvers that need what a player can see on the board.
+Each game module defines `class <Game>Solver` (beside its `<Game>Env`) with `reset(obs, info, env)` and
+`act(obs, info, env) -> str`; `env` is the unwrapped game, for solvers that need what a player can see on the board.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def solver_for(env_id: str, teacher: str = "solver", rng: np.random.Generator | 
     """A fresh scripted player of `env_id`: its reference solver, or with `teacher` one of the game's named weaker
     teachers (a game module's `TEACHERS`, classes built with `rng`, a seeded generator that draws their moves)."""
     if env_id.startswith(WEB_IDS):
-        from jgem.envs.web.solver import Solver as WebSolver
+        from jgem.envs.web.solver import WebSolver
 
         if teacher != "solver":
             raise KeyError(f"no teacher {teacher!r} for {env_id!r}; the web tasks have their 'solver' only")
@@ -72,7 +72,7 @@ def solver_for(env_id: str, teacher: str = "solver", rng: np.random.Generator | 
         raise KeyError(f"no scripted solver for {env_id!r}; games with solvers: {', '.join(_MODULES)}")
     module = importlib.import_module(f"jgem.envs.games.{_MODULES[name]}")
     if teacher == "solver":
-        return module.Solver()
+        return getattr(module, f"{name}Solver")()
     named = getattr(module, "TEACHERS", {})
     if teacher not in named:
         raise KeyError(f"no teacher {teacher!r} for {env_id!r}; its teachers: {', '.join(teachers(env_id))}")

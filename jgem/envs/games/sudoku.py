@@ -218,7 +218,7 @@ class SudokuEnv(GameEnv):
         return f"\\boxed{{{r} {c} {v}}}"
 
 
-class Solver:
+class SudokuSolver:
     """Solves the visible grid (propagation + backtracking) and fills the first empty cell each turn."""
 
     def reset(self, obs: str, info: dict[str, Any], env: SudokuEnv) -> None:

@@ -104,7 +104,7 @@ def plan(board: dict[str, list[int]], target: str = "C") -> list[tuple[str, str]
     return moves
 
 
-class Solver:
+class TowerofHanoiSolver:
     """Recursive optimal plan from the current position (2^n - 1 moves from the start)."""
 
     def reset(self, obs: str, info: dict[str, Any], env: TowerofHanoiEnv) -> None:

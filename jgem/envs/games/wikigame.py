@@ -251,7 +251,7 @@ class WikiGameEnv(GameEnv):
         return f"\\boxed{{{moves[int(self.np_random.integers(len(moves)))]}}}"
 
 
-class Solver:
+class WikiGameSolver:
     """Breadth-first search over the links: the next page of a shortest path to the target."""
 
     def reset(self, obs: str, info: dict[str, Any], env: WikiGameEnv) -> None:

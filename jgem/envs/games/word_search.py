@@ -202,7 +202,7 @@ class WordSearchEnv(WordGridEnv):
         return f"\\boxed{{{r0} {c0} {r1} {c1}}}"
 
 
-class Solver:
+class WordSearchSolver:
     """Reference solver: reads the hidden words' places from the env and claims one per turn."""
 
     def reset(self, obs: str, info: dict[str, Any], env: WordSearchEnv) -> None:

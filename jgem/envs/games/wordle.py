@@ -116,7 +116,7 @@ class WordleEnv(GameEnv):
         return f"\\boxed{{{words[int(self.np_random.integers(len(words)))].upper()}}}"
 
 
-class Solver:
+class WordleSolver:
     """Filters the secret-word list by every feedback seen; guesses the candidate with the most
     frequent (distinct) letters, or the one splitting the candidates best once few remain."""
 

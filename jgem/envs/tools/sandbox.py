@@ -131,7 +131,7 @@ def _kill_uid(uid: int) -> None:
         subprocess.run([sys.executable, "-I", "-c", code], timeout=10, check=False, capture_output=True)
 
 
-class _Worker:
+class _SandboxWorker:
     def __init__(self, cfg: SandboxConfig, jobs: int | None) -> None:
         self.uid, self._lock_fd = _reserve_uid()
         req_r, self._req_w = os.pipe()
@@ -248,15 +248,15 @@ class Sandbox:
         self.mode = mode
         self.workers = workers
         self._pid = os.getpid()  # workers belong to the process that started them (see `local`)
-        self._idle: queue.Queue[_Worker] = queue.Queue()
+        self._idle: queue.Queue[_SandboxWorker] = queue.Queue()
         self._closed = False
         self._slots = threading.Semaphore(workers)
         if mode == "pool":
             for _ in range(workers):
-                self._idle.put(_Worker(self.config, jobs=None))
+                self._idle.put(_SandboxWorker(self.config, jobs=None))
             self.isolation = self._idle.queue[0].isolation
         else:
-            probe = _Worker(self.config, jobs=0)
+            probe = _SandboxWorker(self.config, jobs=0)
             self.isolation = probe.isolation
             probe.close()
         _announce(self.isolation)
@@ -278,7 +278,7 @@ class Sandbox:
         }
         with self._slots:
             if self.mode == "fresh":
-                worker = _Worker(self.config, jobs=1)
+                worker = _SandboxWorker(self.config, jobs=1)
                 reply = worker.run(job)
                 worker.close(kill=reply is None)
             else:
@@ -286,7 +286,7 @@ class Sandbox:
                 reply = worker.run(job)
                 if reply is None:  # the worker died or hung: replace it
                     worker.close(kill=True)
-                    worker = _Worker(self.config, jobs=None)
+                    worker = _SandboxWorker(self.config, jobs=None)
                 self._idle.put(worker)
         if reply is None:
             return ExecResult("sandbox_error", -1, "", "sandbox worker died", cfg.timeout, limits=limits)

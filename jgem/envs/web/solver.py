@@ -13,7 +13,7 @@ from jgem.core import Env
 from jgem.envs.web.observation import find
 
 
-class Solver:
+class WebSolver:
     """`reset(obs, info, env)` then `act(obs, info, env) -> action`, as the games' solvers."""
 
     RETRIES = 3  # go_back tries per step whose element is not on the page (after a random move of the warm start)
