@@ -306,8 +306,7 @@ def run_mode(args, wl: Workload, mode: str, run_dir: str) -> dict[str, Any]:
     hist: dict[int, int] = {}
     turns = []
     try:
-        if pipe is not None:
-            pipe.start(0)
+        pipe.start(0)
         t = time.perf_counter()
         for step in range(args.warmup):
             trainer.train_step(step)
@@ -331,8 +330,7 @@ def run_mode(args, wl: Workload, mode: str, run_dir: str) -> dict[str, Any]:
         compile_s = CLOCK.seconds
         compiled = (trainer.engine.num_compilations - compiles[0], train_step._cache_size() - compiles[1])
         t = time.perf_counter()
-        if pipe is not None:
-            pipe.drain(args.warmup + args.steps)  # the steps played ahead, untimed
+        pipe.drain(args.warmup + args.steps)  # the steps played ahead, untimed (sync: nothing)
         drain_s = time.perf_counter() - t
     finally:
         trainer.close()

@@ -169,6 +169,12 @@ def test_resume_after_sigkill_is_bit_exact_and_keeps_the_curriculum(tmp_path):
     assert [r["step"] for r in rows] == list(range(1, args["steps"] + 1))
     assert rows and all(r["curriculum/stage"] == min((r["step"] - 1) // 2, 1) for r in rows)
     assert all(r["rollout/max_turns"] == (2 if r["step"] <= 2 else 4) for r in rows)
+    # sync plays nothing ahead: no pipeline file beside the checkpoints, no pipeline metric but the (zero) staleness
+    assert not (run_b / "pipeline").exists()
+    assert {k for r in rows for k in r if k.startswith("pipeline/")} == {
+        "pipeline/staleness_mean",
+        "pipeline/staleness_max",
+    }
 
 
 # The two warm-start tests share one run (a module fixture; the xdist group keeps both tests, and so the fixture, on

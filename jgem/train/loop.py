@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from typing import Any
 
 import jax
@@ -23,7 +24,7 @@ from jgem.sharding.mesh import RUN, log_to_run_dir, replicated
 from jgem.train.dynamic import dynamic_sample
 from jgem.train.evaluate import episode_metrics, eval_metrics
 from jgem.train.learn import Learner, check_finite_loss
-from jgem.train.pipeline import Pipeline, staleness
+from jgem.train.pipeline import Pipeline, SyncPipeline, staleness
 from jgem.train.progress import CONSOLE_KEYS, Progress, curve_keys
 from jgem.train.warm_start import warm_start
 
@@ -58,9 +59,10 @@ class Trainer(Learner):
         super().__init__(cfg)
         # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
-        # the producer / consumer of an off_policy or async run (jgem.train.pipeline), on the sampler's processes;
-        # None: sync, or a learner's process of a role split
-        self.pipeline = Pipeline(self) if cfg.pipeline.mode != "sync" and self.roles.samples else None
+        # the producer / consumer of the step's episodes (jgem.train.pipeline) on the sampler's processes;
+        # SyncPipeline: sync (`collect`), or a learner's process of a role split (plays nothing)
+        live = cfg.pipeline.mode != "sync" and self.roles.samples
+        self.pipeline: Pipeline | SyncPipeline = Pipeline(self) if live else SyncPipeline(self)
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -81,8 +83,7 @@ class Trainer(Learner):
                 summary |= self._warm_phase(ckpt, logger, progress)
             last_eval = summary.get("warm_start_eval", summary.get("initial_eval", {}))
             progress.start("train", cfg.steps, self.host["step"])
-            if self.pipeline:
-                self.pipeline.start(self.host["step"])
+            self.pipeline.start(self.host["step"])
             for step in range(self.host["step"], cfg.steps):
                 RUN.doing = f"in step {step + 1} of {cfg.steps}"
                 metrics = self.train_step(step)
@@ -90,7 +91,7 @@ class Trainer(Learner):
                 progress.advance(metrics)
                 evaluated = bool(cfg.eval_every) and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps)
                 saved = (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps
-                if self.pipeline and (evaluated or saved):
+                if evaluated or saved:
                     self.pipeline.drain(step + 1)  # the engine idle for the evaluation, the steps ahead finished
                 if evaluated:
                     RUN.doing = f"in the evaluation after step {step + 1}"
@@ -99,13 +100,11 @@ class Trainer(Learner):
                 logger.log(step + 1, metrics)
                 if saved:
                     RUN.doing = f"while saving checkpoint {step + 1}"
-                    if self.pipeline:
-                        self.pipeline.save(step + 1)
+                    self.pipeline.save(step + 1)
                     self._pipeline_saved()
                     if ckpt:
                         ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
-                    if self.pipeline:
-                        self.pipeline.prune(self.run_dir / "checkpoints")
+                    self.pipeline.prune(self.run_dir / "checkpoints")
             progress.stop()
             RUN.doing = "while finishing"
             last_checkpoint = self._last_checkpoint(ckpt)
@@ -135,28 +134,20 @@ class Trainer(Learner):
             return self._learner_step(step)
         t0 = time.perf_counter()
         pipe = self.pipeline
-        if pipe is None:
-            played = episodes = self.collect(step)
-        else:
-            self.engine.stats = pipe.step_stats()  # this step's share of the engine's work (and the last drain's)
-            played = episodes = pipe.batch(step)
+        played = episodes = pipe.batch(step)
         sampled = {}
         if self.cfg.rollout.dynamic_sampling:
-            extra = None if pipe is None else (lambda r: pipe.extra(step, r))
-            episodes, sampled = dynamic_sample(self, step, played, extra)
+            episodes, sampled = dynamic_sample(self, step, played, pipe.rounds(step))
         stale = staleness(episodes, step)
-        if pipe is not None and pipe.mode == "async" and stale.size and stale.max() > pipe.ahead:
-            raise AssertionError(f"step {step} would train on tokens {stale.max()} versions old (max {pipe.ahead})")
+        pipe.check(step, stale)
         t1 = time.perf_counter()
         if self.roles.split:  # to the learners' processes
             self.roles.send("episodes", episodes)
-        if pipe is not None:
-            pipe.before_update(step)
-        meanwhile = None if pipe is None else (lambda m: pipe.meanwhile(step, m))
-        metrics = {k if "/" in k else f"train/{k}": v for k, v in self.learn(episodes, meanwhile=meanwhile).items()}
+        pipe.before_update(step)
+        learned = self.learn(episodes, meanwhile=partial(pipe.meanwhile, step))
+        metrics = {k if "/" in k else f"train/{k}": v for k, v in learned.items()}
         check_finite_loss(metrics["train/loss"], step, episodes)
-        if pipe is not None:
-            pipe.after_update(step)
+        pipe.after_update(step)
         t2 = time.perf_counter()
         self.host["episodes"] += len(episodes)
         metrics |= episode_metrics(played, "rollout") | self.engine.stats.as_metrics() | sampled
@@ -176,8 +167,7 @@ class Trainer(Learner):
                 "pipeline/publish_bytes": float(self.publisher.bytes),
                 "pipeline/publish_s": self.publisher.seconds,
             }
-            if pipe is not None:  # what the sampler's devices played while the learner's updated
-                metrics["pipeline/tokens_during_update"] = float(pipe.during_update)
+            metrics |= pipe.metrics()  # what the sampler's devices played while the learner's updated
         return metrics
 
     def _learner_step(self, step: int) -> dict[str, float]:
@@ -321,8 +311,7 @@ class Trainer(Learner):
             self.state = restored.state
         self.sync_sampler(full=True)
         self.host = {k: host[k] for k in HOST_KEYS}
-        if self.pipeline:
-            self.pipeline.restore(self.host["step"])
+        self.pipeline.restore(self.host["step"])
         logger.rewind(self.host["step"])
         progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}", markup=False)
         return True

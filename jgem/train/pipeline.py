@@ -1,5 +1,5 @@
 """The pipeline: the rollout engine as a producer that is never drained at a step boundary, the learner as its
-consumer (`--pipeline.mode off_policy | async | stream`; `sync` is `Run.collect`, no pipeline).
+consumer (`--pipeline.mode off_policy | async | stream`; `sync` is `SyncPipeline`: `Run.collect`, nothing ahead).
 
 Policy versions count RL updates: the learner at step s holds version s. Step s's episodes are the same
 `Run.specs(s)` as in a synchronous run, their tokens drawn from stream 2s of the run's key, so they are those a
@@ -88,8 +88,10 @@ class Pipeline:
 
     def batch(self, step: int) -> list[Episode]:
         """Step `step`'s episodes (submitting the steps up to `step + ahead` first), as soon as they have finished;
-        stream: a step's worth of whole groups, the first to finish."""
+        stream: a step's worth of whole groups, the first to finish. The engine's stats count from here (and the
+        last drain's work)."""
         t = self.trainer
+        self.engine.stats = self.step_stats()
         last = min(step + self.ahead, t.cfg.steps - 1)
         # submitted at version `step`: step + ahead, or at the start every step up to it (off_policy: max(0, s - K))
         for s in range(self.next_submit, last + 1):
@@ -103,6 +105,15 @@ class Pipeline:
         ids = [e.episode_id for e in t.specs(step)]
         self.engine.run(self.models(step), until=lambda: self.engine.finished(ids, stream=2 * step))
         return self.engine.take(ids, stream=2 * step)
+
+    def rounds(self, step: int) -> Callable[[int], list[Episode]]:
+        """Dynamic sampling's `play(round)` for step `step` (`jgem.train.dynamic.dynamic_sample`)."""
+        return lambda r: self.extra(step, r)
+
+    def check(self, step: int, stale: np.ndarray) -> None:
+        """async: no token step `step` trains on (`stale`, per token: `staleness`) is more than `ahead` updates old."""
+        if self.mode == "async" and stale.size and stale.max() > self.ahead:
+            raise AssertionError(f"step {step} would train on tokens {stale.max()} versions old (max {self.ahead})")
 
     def extra(self, step: int, round: int) -> list[Episode]:
         """Dynamic sampling's extra `round` of step `step`, played by the learner's policy (version `step`, in every
@@ -192,6 +203,13 @@ class Pipeline:
         if self.mode in ("async", "stream"):
             self.engine.adopt_version(step + 1, stale_kv=self.cfg.stale_kv)
 
+    def metrics(self) -> dict[str, float]:
+        """The step's pipeline metrics besides staleness: split meshes, what the sampler's devices played while the
+        learner's updated."""
+        if self.trainer.publisher is None:
+            return {}
+        return {"pipeline/tokens_during_update": float(self.during_update)}
+
     def drain(self, step: int) -> None:
         """Play every submitted episode to its end (before an evaluation or a checkpoint); the learner is at
         version `step`. Its work is the next step's to report (`drained`, the steps ahead it played)."""
@@ -253,6 +271,55 @@ class Pipeline:
         if self.mode == "stream":  # every step's untrained groups, older steps' slow ones too
             return {s: [i for ids in groups.values() for i in ids] for s, groups in self.untrained.items()}
         return {s: [e.episode_id for e in t.specs(s)] for s in range(step, self.next_submit)}
+
+
+class SyncPipeline:
+    """`--pipeline.mode sync` (and a role split's learner processes, which play nothing): step s's episodes are
+    `Run.collect(s)`, played to their end by the learner's policy, so nothing is in flight between steps: nothing
+    to drain, save or restore, and no pipeline file beside the checkpoints. `Pipeline`'s interface."""
+
+    mode = "sync"
+    ahead = 0
+
+    def __init__(self, trainer: Learner) -> None:
+        self.trainer = trainer
+
+    def start(self, step: int) -> None:
+        pass
+
+    def batch(self, step: int) -> list[Episode]:
+        return self.trainer.collect(step)
+
+    def rounds(self, step: int) -> None:
+        """None: `dynamic_sample` plays the extra rounds with `Run.collect` (and sums the engine's stats)."""
+        return None
+
+    def check(self, step: int, stale: np.ndarray) -> None:
+        pass
+
+    def before_update(self, step: int) -> None:
+        pass
+
+    def meanwhile(self, step: int, update_done: Callable[[], bool]) -> None:
+        pass
+
+    def after_update(self, step: int) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def drain(self, step: int) -> None:
+        pass
+
+    def save(self, step: int) -> None:
+        pass
+
+    def prune(self, checkpoints: Path) -> None:
+        pass
+
+    def restore(self, step: int) -> None:
+        pass
 
 
 def group_stride(episodes_per_step: int) -> int:
