@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import io
@@ -156,7 +157,7 @@ class _Tee(io.TextIOBase):
 
     def write(self, text: str) -> int:
         shown = text.split("Traceback (most recent call last)", 1)[0]  # a logged error's traceback: the log's alone
-        if shown:
+        if shown and not RUN.said:  # after jgem's one line, nothing more on the terminal
             with contextlib.suppress(OSError, ValueError):
                 self.console.write(shown if shown == text else shown.rstrip() + f" (traceback in {RUN.log})\n")
         with contextlib.suppress(OSError, ValueError):  # a full disk: the terminal still shows it
@@ -199,14 +200,15 @@ def stop_line(why: str) -> str:
 
 
 def _say(line: str) -> None:
-    """`line` on the terminal (and in the log, where there is one)."""
-    RUN.said = True
+    """`line` on the terminal (and in the log, where there is one): the terminal's last; what any thread writes
+    after it (orbax's background save failing without its peer, say) goes to the log alone."""
     sys.stdout.flush()
     if RUN.console is not None:
         sys.stderr.write(line + "\n")
     else:
         print(line, file=sys.stderr, flush=True)
     sys.stderr.flush()
+    RUN.said = True
 
 
 def _client() -> Any:
@@ -233,13 +235,13 @@ def _beat() -> None:
     """A thread: this process's beat counter in the coordinator's store every `BEAT_S` (a process whose counter
     stands still is gone: `dead_processes`), and the posted stop reason, read while the coordinator is there."""
     client, me, n = _client(), jax.process_index(), 0
-    while True:
+    while not _BEATS_STOP.is_set():
         with contextlib.suppress(Exception):
             client.key_value_set(f"jgem/alive/{me}", str(n), allow_overwrite=True)
             n += 1
         if RUN.reason is None:
             RUN.reason = stop_reason()
-        time.sleep(BEAT_S)
+        _BEATS_STOP.wait(BEAT_S)
 
 
 def dead_processes() -> list[int]:
@@ -507,6 +509,19 @@ def initialize(
     return False
 
 
+_BEATS_STOP = threading.Event()
+
+
 def _start_beats() -> None:
+    """The beat thread, stopped and joined at exit before jax's own shutdown (atexit runs the later-registered
+    first): a daemon thread still inside a call of jax's distributed client when the interpreter finalizes is
+    unwound through C++ frames, which aborts the process ("FATAL: exception not rethrown": the suite met it once)."""
     if jax.process_count() > 1:
-        threading.Thread(target=_beat, name="jgem-beat", daemon=True).start()
+        beats = threading.Thread(target=_beat, name="jgem-beat", daemon=True)
+        beats.start()
+
+        def stop() -> None:
+            _BEATS_STOP.set()
+            beats.join(timeout=5 * BEAT_S)
+
+        atexit.register(stop)
