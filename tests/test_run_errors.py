@@ -110,3 +110,21 @@ def test_a_killed_sampler_ends_every_other_process_of_a_role_split_on_one_line(t
             assert noise not in logs[i], (i, noise, logs[i][-3000:])
     details = "".join((run / "logs" / f"process-{i}.log").read_text() for i in (0, 2, 3))
     assert "Traceback (most recent call last)" in details and "Gloo" in details
+
+
+def test_a_stopping_process_whose_way_out_hangs_ends_on_its_line_all_the_same(tmp_path):
+    """A process of several that is stopping calls the coordinator on its way out (its beat read, the reason
+    posted), which may wait long on a coordinator that is gone: the watchdog ends it within its limit, on jgem's line
+    (the clean-clone suite's kill test once waited out its 120 s for a survivor)."""
+    code = (
+        "import time; from pathlib import Path; from jgem.sharding import mesh; "
+        f"mesh.RUN.checkpoints = Path({str(tmp_path)!r}); mesh.RUN.doing = 'in step 2 of 3'; "
+        "mesh._watchdog(0.5); time.sleep(60)"  # the hung call
+    )
+    t = time.time()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 1 and time.time() - t < 30
+    assert out.stderr.strip().splitlines()[-1] == (
+        "jgem: process 0 of 1 stopped in step 2 of 3: another process died, or jax's coordinator (process 0) cannot "
+        "be reached; no checkpoint was saved yet: rerun the same command to start the run again"
+    )

@@ -347,6 +347,7 @@ def exit_at_once_on_error():
     except KeyboardInterrupt:
         if jax.process_count() > 1:
             RUN.stopping = True
+            _watchdog(STOP_WITHIN_S)
             traceback.print_exc(file=_log_only())
             with contextlib.suppress(Exception):
                 _client().key_value_set(f"jgem/stopping/{jax.process_index()}", "interrupted")
@@ -359,6 +360,7 @@ def exit_at_once_on_error():
         if jax.process_count() == 1:
             raise
         RUN.stopping = True
+        _watchdog(STOP_WITHIN_S)
         traceback.print_exc(file=_log_only())
         me = jax.process_index()
         with contextlib.suppress(Exception):  # so that no other process takes this one for dead
@@ -379,6 +381,24 @@ def exit_at_once_on_error():
         if me == 0:
             _wait_for_the_others()
         os._exit(1)
+
+
+STOP_WITHIN_S = 20.0  # a stopping process of several is gone by then, whatever call of the coordinator's hangs
+
+
+def _watchdog(seconds: float) -> None:
+    """Ends this stopping process after `seconds`, with jgem's line if it has not said it: the coordinator's calls
+    on the way out (the beats read, the reason posted) may wait long on a coordinator that is gone."""
+
+    def fire() -> None:
+        if not RUN.said:
+            with contextlib.suppress(Exception):
+                _say(stop_line("another process died, or jax's coordinator (process 0) cannot be reached"))
+        os._exit(1)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
 
 
 def _wait_for_the_others() -> None:
