@@ -109,9 +109,17 @@ class TensorBoardWriter:
         self._writer.flush()
 
     def close(self) -> None:
-        self._writer.close()
+        """Close the writer, waiting `CLOSE_TIMEOUT_S` at most: tensorboardX joins its logger thread, which can wait
+        forever on its queue when a Ctrl-C arrived mid-write (an interrupted run hung here, its line never printed:
+        the Ctrl-C test once waited out its 120 s). Every write is flushed, so what was logged is on disk."""
+        import threading
+
+        closer = threading.Thread(target=self._writer.close, name="jgem-tensorboard-close", daemon=True)
+        closer.start()
+        closer.join(CLOSE_TIMEOUT_S)
 
 
+CLOSE_TIMEOUT_S = 10.0
 WANDB_MODES = ("offline", "online")
 
 

@@ -54,7 +54,12 @@ def test_ctrl_c_ends_on_one_line_with_the_step_and_the_last_checkpoint(tmp_path)
     else:
         pytest.fail("".join(lines)[-3000:])
     p.send_signal(signal.SIGINT)
-    out = "".join(lines) + p.communicate(timeout=120)[0]
+    try:
+        out = "".join(lines) + p.communicate(timeout=120)[0]
+    finally:
+        if p.poll() is None:  # never left behind (it once hung in tensorboardX's close: jgem.metrics)
+            p.kill()
+            p.wait()
     assert p.returncode == 130, out[-3000:]
     last = out.strip().splitlines()[-1]
     step = committed_steps(run / "checkpoints")[-1]
