@@ -108,7 +108,6 @@ class RunState:
     log: Path | None = None  # this process's log file (several processes: `log_to_run_dir`)
     console: Any = None  # the terminal's stderr, kept apart from the log
     reason: str | None = None  # a stop reason another process posted, as last seen (`_beat`)
-    stopping: bool = False
     said: bool = False  # the one line is out
 
 
@@ -314,16 +313,14 @@ def _heartbeat_lost(status: str) -> None:
     line to the terminal, exit."""
     if RUN.said:  # this process has said why it stops (process 0, waiting for the others): it ends now
         os._exit(1)
-    RUN.stopping = True
-    text = status
     if RUN.reason is not None:
         why = f"the run stopped because {RUN.reason}"
-    elif "Failed to send RPC to coordination service" in text or "leader task" in text:
+    elif "Failed to send RPC to coordination service" in status or "leader task" in status:
         why = _died([0])
-    elif m := re.search(r"unhealthy[^:]*:\s*((?:\d+\s*)+)", text):
+    elif m := re.search(r"unhealthy[^:]*:\s*((?:\d+\s*)+)", status):
         why = _died(sorted(int(i) for i in m.group(1).split()))
     else:
-        why = f"jax's coordinator reports: {text.splitlines()[0][:300] if text else 'a lost process'}"
+        why = f"jax's coordinator reports: {status.splitlines()[0][:300] if status else 'a lost process'}"
     _say(stop_line(why))
     os._exit(1)
 
@@ -346,7 +343,6 @@ def exit_at_once_on_error():
                 _client().key_value_set(f"jgem/stopping/{jax.process_index()}", "done")
     except KeyboardInterrupt:
         if jax.process_count() > 1:
-            RUN.stopping = True
             _watchdog(STOP_WITHIN_S)
             traceback.print_exc(file=_log_only())
             with contextlib.suppress(Exception):
@@ -359,7 +355,6 @@ def exit_at_once_on_error():
     except Exception as e:
         if jax.process_count() == 1:
             raise
-        RUN.stopping = True
         _watchdog(STOP_WITHIN_S)
         traceback.print_exc(file=_log_only())
         me = jax.process_index()
