@@ -45,7 +45,13 @@ def test_ctrl_c_ends_on_one_line_with_the_step_and_the_last_checkpoint(tmp_path)
     """Ctrl-C printed a 40-line traceback ending in KeyboardInterrupt."""
     run = tmp_path / "run"
     args = ["--run-dir", str(run), "--steps", "50", "--episodes-per-step", "4", "--env.num-envs", "4"]
-    p = _cli([*args, "--warm-start.steps", "0", "--console"])
+    # a suite started in the background (`make test &`) ignores SIGINT, and a child inherits an ignored signal: the
+    # run is started with Python's own handler in place, as from a terminal (a handler resets to the default on exec)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        p = _cli([*args, "--warm-start.steps", "0", "--console"])
+    finally:
+        signal.signal(signal.SIGINT, before)
     lines = []
     for line in p.stdout:  # a pipe: one progress line per step ("train  1/50 ...")
         lines.append(line)
@@ -68,7 +74,7 @@ def test_ctrl_c_ends_on_one_line_with_the_step_and_the_last_checkpoint(tmp_path)
         rf"jgem: interrupted in step \d+ of 50; rerun the same command to resume from the last checkpoint, "
         rf"{re.escape(str(run / 'checkpoints' / str(step)))}/ \(step {step}\)",
         last,
-    ), last
+    ), out[-3000:]
     assert "Traceback" not in out and "KeyboardInterrupt" not in out
 
 
@@ -102,17 +108,21 @@ def test_a_killed_sampler_ends_every_other_process_of_a_role_split_on_one_line(t
                 p.wait()
     assert procs[1].returncode == -signal.SIGKILL
     assert stopped_in < 30, stopped_in
+    def log_of(i: int) -> str:  # what the failure shows: the terminal's last lines and the process's log
+        path = run / "logs" / f"process-{i}.log"
+        return logs[i][-1500:] + "\n--- " + str(path) + ":\n" + (path.read_text()[-6000:] if path.exists() else "")
+
     for i in (0, 2, 3):
-        assert procs[i].returncode == 1, (i, logs[i][-3000:])
+        assert procs[i].returncode == 1, (i, log_of(i))
         last = logs[i].strip().splitlines()[-1]
         assert re.fullmatch(
             rf"jgem: process {i} of 4 stopped (in|while) [^:]+: (the run stopped because )?process 1 died; rerun the "
             rf"same command to resume from the last checkpoint, {re.escape(str(run / 'checkpoints'))}/\d+/ "
             rf"\(step \d+\); details in {re.escape(str(run / 'logs' / f'process-{i}.log'))}",
             last,
-        ), (i, logs[i][-3000:])
+        ), (i, log_of(i))
         for noise in ("Gloo", "CoordinationServiceAgent", "Traceback", "Check failure"):
-            assert noise not in logs[i], (i, noise, logs[i][-3000:])
+            assert noise not in logs[i], (i, noise, log_of(i))
     details = "".join((run / "logs" / f"process-{i}.log").read_text() for i in (0, 2, 3))
     assert "Traceback (most recent call last)" in details and "Gloo" in details
 
@@ -133,3 +143,59 @@ def test_a_stopping_process_whose_way_out_hangs_ends_on_its_line_all_the_same(tm
         "jgem: process 0 of 1 stopped in step 2 of 3: another process died, or jax's coordinator (process 0) cannot "
         "be reached; no checkpoint was saved yet: rerun the same command to start the run again"
     )
+
+
+@pytest.fixture
+def process_2_of_4(monkeypatch):
+    """`jgem.sharding.mesh` as process 2 of 4 sees it, with beats of its own making (no coordinator)."""
+    from jgem.sharding import mesh
+
+    monkeypatch.setattr(mesh.jax, "process_index", lambda: 2)
+    monkeypatch.setattr(mesh.jax, "process_count", lambda: 4)
+    monkeypatch.setattr(mesh, "RUN", mesh.RunState())
+    monkeypatch.setattr(mesh, "BEAT_S", 0.1)
+    return mesh
+
+
+def test_a_process_whose_coordinator_left_after_another_died_names_the_one_that_died(process_2_of_4):
+    """Process 1 is killed; process 0 (the coordinator's host) leaves on jax's fatal error for it before process 2
+    has said why it stops. Process 2's beats as last read show process 1's counter standing still: it names process
+    1, not process 0 (the clean-clone suite's kill test once read "process 0 ... died or cannot be reached")."""
+    mesh, now = process_2_of_4, time.monotonic()
+    mesh.RUN.beats = {0: ("40", now - 0.35), 1: ("37", now - 0.6), 2: ("40", now - 0.35), 3: ("40", now - 0.35)}
+    mesh.RUN.read_at = now - 0.3  # the coordinator has not answered since (3 beats)
+    assert mesh.dead_processes() == [1]
+    mesh.RUN.beats[1] = ("40", now - 0.35)  # every counter moved until the coordinator left: process 0 is to blame
+    assert mesh.dead_processes() == [0]
+
+
+def test_dead_processes_waits_for_every_other_beat_to_move_or_stand_still(process_2_of_4):
+    """The coordinator answers: process 1's counter stands still, 0's and 3's move (a beat thread of their own,
+    here), so dead_processes names 1 as soon as 1 has stood still over 2.5 beats; a stopping process is not dead."""
+    import threading
+
+    mesh, done = process_2_of_4, threading.Event()
+
+    def beats() -> None:
+        n = 0
+        while not done.is_set():
+            now = time.monotonic()
+            n += 1
+            for i in (0, 2, 3):
+                mesh.RUN.beats[i] = (str(n), now)
+            mesh.RUN.beats.setdefault(1, ("0", now))
+            mesh.RUN.read_at = now
+            time.sleep(mesh.BEAT_S)
+
+    thread = threading.Thread(target=beats, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.05)
+        t = time.monotonic()
+        assert mesh.dead_processes() == [1]
+        assert time.monotonic() - t < (mesh.STILL_BEATS + 1) * mesh.BEAT_S
+        mesh.RUN.stopping = {1}
+        assert mesh.dead_processes() == []
+    finally:
+        done.set()
+        thread.join()

@@ -109,6 +109,11 @@ class RunState:
     console: Any = None  # the terminal's stderr, kept apart from the log
     reason: str | None = None  # a stop reason another process posted, as last seen (`_beat`)
     said: bool = False  # the one line is out
+    # the beats as this process last read them (`_beat`): process -> (its counter, when this process saw it change),
+    # the processes that said they stop, and when the coordinator last answered (time.monotonic())
+    beats: dict[int, tuple[str, float]] = dataclasses.field(default_factory=dict)
+    stopping: set[int] = dataclasses.field(default_factory=set)
+    read_at: float | None = None
 
 
 RUN = RunState()
@@ -201,13 +206,19 @@ def stop_line(why: str) -> str:
 def _say(line: str) -> None:
     """`line` on the terminal (and in the log, where there is one): the terminal's last; what any thread writes
     after it (orbax's background save failing without its peer, say) goes to the log alone."""
-    sys.stdout.flush()
-    if RUN.console is not None:
-        sys.stderr.write(line + "\n")
-    else:
-        print(line, file=sys.stderr, flush=True)
-    sys.stderr.flush()
-    RUN.said = True
+    with _SAYING:  # once: the main thread and the log reader (`_relay`) may both come to say why
+        if RUN.said:
+            return
+        sys.stdout.flush()
+        if RUN.console is not None:
+            sys.stderr.write(line + "\n")
+        else:
+            print(line, file=sys.stderr, flush=True)
+        sys.stderr.flush()
+        RUN.said = True
+
+
+_SAYING = threading.Lock()
 
 
 def _client() -> Any:
@@ -231,33 +242,63 @@ def stop_reason() -> str | None:
 
 
 def _beat() -> None:
-    """A thread: this process's beat counter in the coordinator's store every `BEAT_S` (a process whose counter
-    stands still is gone: `dead_processes`), and the posted stop reason, read while the coordinator is there."""
+    """A thread: this process's beat counter in the coordinator's store every `BEAT_S`; everyone's counters and the
+    posted stop reason read back (`RUN.beats`, `RUN.reason`) while the coordinator is there. What it read last stays
+    when the coordinator goes: a process whose counter stood still before is the one that died (`dead_processes`)."""
     client, me, n = _client(), jax.process_index(), 0
     while not _BEATS_STOP.is_set():
         with contextlib.suppress(Exception):
             client.key_value_set(f"jgem/alive/{me}", str(n), allow_overwrite=True)
             n += 1
+        with contextlib.suppress(Exception):
+            alive = client.key_value_dir_get("jgem/alive")
+            stopping = client.key_value_dir_get("jgem/stopping")
+            now = time.monotonic()
+            for key, value in alive:
+                i = int(key.rsplit("/", 1)[1])
+                if RUN.beats.get(i, ("",))[0] != value:
+                    RUN.beats[i] = (value, now)
+            RUN.stopping = {int(key.rsplit("/", 1)[1]) for key, _ in stopping}
+            RUN.read_at = now
         if RUN.reason is None:
             RUN.reason = stop_reason()
         _BEATS_STOP.wait(BEAT_S)
 
 
+STILL_BEATS = 2.5  # a counter that stood still over this many beats belongs to a process that is gone
+
+
+def _still(since: float, beats: float = STILL_BEATS) -> list[int]:
+    """The other processes (not stopping) whose counter stood still over `beats` beats at the last read of the
+    coordinator, having changed before `since`."""
+    me, at = jax.process_index(), RUN.read_at
+    if at is None:
+        return []
+    return [
+        i
+        for i, (_, changed) in sorted(RUN.beats.items())
+        if i != me and i not in RUN.stopping and changed < since and at - changed > beats * BEAT_S
+    ]
+
+
 def dead_processes() -> list[int]:
-    """The other processes whose beat stood still over 2.5 beats and that did not say they were stopping; [0] where
-    the coordinator (process 0's) cannot be reached."""
-    client, me = _client(), jax.process_index()
-    try:
-        before = dict(client.key_value_dir_get("jgem/alive"))
-        time.sleep(2.5 * BEAT_S)
-        after = dict(client.key_value_dir_get("jgem/alive"))
-        stopping = {k.rsplit("/", 1)[1] for k, _ in client.key_value_dir_get("jgem/stopping")}
-    except Exception:
-        return [0] if me != 0 else []
-    now = {k.rsplit("/", 1)[1]: v for k, v in after.items()}
-    then = {k.rsplit("/", 1)[1]: v for k, v in before.items()}
-    others = [str(i) for i in range(jax.process_count()) if i != me]
-    return [int(i) for i in others if i not in stopping and i in now and now.get(i) == then.get(i)]
+    """The other processes that are gone, as this process's beat thread reads the coordinator (`_beat`): waits
+    until every other process's counter has either moved since the call or stood still over `STILL_BEATS` beats (at
+    most that long, and a beat more). Where the coordinator stops answering meanwhile (process 0, which hosts it,
+    left: on jax's fatal error for the lost process, say), those whose counter had stood still over 1.5 beats by
+    then, else [0]."""
+    me, n, t = jax.process_index(), jax.process_count(), time.monotonic()
+    deadline = t + (STILL_BEATS + 1) * BEAT_S
+    while True:
+        now = time.monotonic()
+        if RUN.read_at is None or now - RUN.read_at > 2.5 * BEAT_S:  # the coordinator does not answer
+            return (_still(now, 1.5) or [0]) if me != 0 else []
+        dead = _still(t)
+        moved = {i for i, (_, changed) in RUN.beats.items() if changed >= t}
+        others = {i for i in range(n) if i != me and i not in RUN.stopping}
+        if now > deadline or (dead and others <= moved | set(dead)):
+            return dead
+        time.sleep(BEAT_S / 4)
 
 
 def _died(ids: list[int]) -> str:
@@ -316,7 +357,7 @@ def _heartbeat_lost(status: str) -> None:
     if RUN.reason is not None:
         why = f"the run stopped because {RUN.reason}"
     elif "Failed to send RPC to coordination service" in status or "leader task" in status:
-        why = _died([0])
+        why = _died(_still(time.monotonic(), 1.5) or [0])  # process 0 left: after one that died, or itself
     elif m := re.search(r"unhealthy[^:]*:\s*((?:\d+\s*)+)", status):
         why = _died(sorted(int(i) for i in m.group(1).split()))
     else:
@@ -366,6 +407,8 @@ def exit_at_once_on_error():
         elif reason is not None:
             why = f"the run stopped because {reason}"
         elif dead := dead_processes():  # the transport's error for a lost peer (gloo: "Connection closed by peer")
+            if dead == [0]:  # jax's fatal error, which names the lost process, may be on its way: its line then
+                time.sleep(0.5)
             why = _died(dead)
             post_stop(why)
         else:
