@@ -33,6 +33,32 @@ def _scalar(name: str, value: Any) -> float:
     return float(arr.reshape(()))
 
 
+class Timer:
+    """A step's phase timings (SkyRL's `Timer`): `with timer("collect"): ...` adds the block's seconds to
+    `time/collect_s` in `metrics()`; a phase timed twice adds up."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, phase: str) -> _Phase:
+        return _Phase(self, phase)
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}_s": v for k, v in self.seconds.items()}
+
+
+class _Phase:
+    def __init__(self, timer: Timer, phase: str) -> None:
+        self.timer, self.phase = timer, phase
+
+    def __enter__(self) -> None:
+        self.t = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        s = self.timer.seconds
+        s[self.phase] = s.get(self.phase, 0.0) + time.perf_counter() - self.t
+
+
 class JsonlWriter:
     """One JSON object per line: {"step": ..., "time": ..., name: value, ...}; appends on resume."""
 

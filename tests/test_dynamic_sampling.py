@@ -147,8 +147,9 @@ def _run(tmp_path, name, *, dynamic=True, every=3, steps=2):
     SplitSignalEnv.calls = 0
     trainer = Trainer(cfg)
     played, trained, logged = [], [], []
-    collect, learn, train_step = trainer.collect, trainer.learn, trainer.train_step
-    trainer.collect = lambda step, **kw: played.append((step, kw.get("round", 0), out := collect(step, **kw))) or out
+    side = trainer.pipeline.side  # what the sampler side plays with (`SamplerSide`)
+    collect, learn, train_step = side.collect, trainer.learn, trainer.train_step
+    side.collect = lambda step, **kw: played.append((step, kw.get("round", 0), out := collect(step, **kw))) or out
     trainer.learn = lambda episodes, **kw: trained.append(episodes) or learn(episodes, **kw)
     trainer.train_step = lambda step: logged.append(m := train_step(step)) or m
     summary = trainer.run()

@@ -226,7 +226,9 @@ def test_roles_deal_each_side_its_share_and_refuse_processes_on_both_sides_and_o
         one_learner.check_checkpoints()  # a run that checkpoints (Trainer.run) is refused before it starts
     roles.check_checkpoints()  # two learners: fine
     from jgem.train.loop import Trainer
+    from jgem.train.transport import ProcessSplit
 
-    run = type("Run", (), {"roles": one_learner, "cfg": None})()  # fails at the check, before anything else is read
+    transport = ProcessSplit(one_learner, publish=lambda **_: None)
+    run = type("Run", (), {"transport": transport, "cfg": None})()  # fails at the check, before anything else is read
     with pytest.raises(ValueError, match="one learner process .* cannot checkpoint"):
         Trainer._open_outputs(run)  # the first thing Trainer.run does

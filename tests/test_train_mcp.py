@@ -69,13 +69,14 @@ def test_mcp_tool_from_the_cli_answers_in_training_and_outlives_the_pool(tmp_pat
     trainer = Trainer(cfg)
     scripted = ScriptedFirstAction(trainer.pool)
     episodes = []
-    collect = trainer.collect
+    side = trainer.pipeline.side  # what the sampler side plays with (`SamplerSide`)
+    collect = side.collect
 
     def recording_collect(step, **kwargs):
         episodes.extend(collect(step, **kwargs))
         return episodes[-cfg.episodes_per_step :]
 
-    trainer.collect = recording_collect
+    side.collect = recording_collect
     trainer.run()
 
     assert len(scripted.answers) == 2  # one call per episode, answered by the demo server

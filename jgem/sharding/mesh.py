@@ -268,32 +268,33 @@ def _beat() -> None:
 STILL_BEATS = 2.5  # a counter that stood still over this many beats belongs to a process that is gone
 
 
-def _still(since: float, beats: float = STILL_BEATS) -> list[int]:
-    """The other processes (not stopping) whose counter stood still over `beats` beats at the last read of the
-    coordinator, having changed before `since`."""
+def _still(seconds: float) -> list[int]:
+    """The other processes (not stopping) whose counter stood still over `seconds` at the last read of the
+    coordinator (its last change may have been read after a process died: a beat written just before)."""
     me, at = jax.process_index(), RUN.read_at
     if at is None:
         return []
     return [
         i
         for i, (_, changed) in sorted(RUN.beats.items())
-        if i != me and i not in RUN.stopping and changed < since and at - changed > beats * BEAT_S
+        if i != me and i not in RUN.stopping and at - changed > seconds
     ]
 
 
 def dead_processes() -> list[int]:
     """The other processes that are gone, as this process's beat thread reads the coordinator (`_beat`): waits
     until every other process's counter has either moved since the call or stood still over `STILL_BEATS` beats (at
-    most that long, and a beat more). Where the coordinator stops answering meanwhile (process 0, which hosts it,
+    most that long, and three beats more). Where the coordinator stops answering meanwhile (process 0, which hosts it,
     left: on jax's fatal error for the lost process, say), those whose counter had stood still over 1.5 beats by
     then, else [0]."""
     me, n, t = jax.process_index(), jax.process_count(), time.monotonic()
-    deadline = t + (STILL_BEATS + 1) * BEAT_S
+    # a dead one's last beat may be read up to a beat after the call, its standing still a beat after the limit
+    deadline = t + (STILL_BEATS + 3) * BEAT_S
     while True:
         now = time.monotonic()
         if RUN.read_at is None or now - RUN.read_at > 2.5 * BEAT_S:  # the coordinator does not answer
-            return (_still(now, 1.5) or [0]) if me != 0 else []
-        dead = _still(t)
+            return (_still(1.5 * BEAT_S) or [0]) if me != 0 else []
+        dead = _still(STILL_BEATS * BEAT_S)
         moved = {i for i, (_, changed) in RUN.beats.items() if changed >= t}
         others = {i for i in range(n) if i != me and i not in RUN.stopping}
         if now > deadline or (dead and others <= moved | set(dead)):
@@ -357,7 +358,7 @@ def _heartbeat_lost(status: str) -> None:
     if RUN.reason is not None:
         why = f"the run stopped because {RUN.reason}"
     elif "Failed to send RPC to coordination service" in status or "leader task" in status:
-        why = _died(_still(time.monotonic(), 1.5) or [0])  # process 0 left: after one that died, or itself
+        why = _died(_still(1.5 * BEAT_S) or [0])  # process 0 left: after one that died, or itself
     elif m := re.search(r"unhealthy[^:]*:\s*((?:\d+\s*)+)", status):
         why = _died(sorted(int(i) for i in m.group(1).split()))
     else:

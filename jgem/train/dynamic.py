@@ -24,7 +24,7 @@ from jgem.rollout.episode import Episode
 from jgem.sharding.mesh import process_max
 
 if TYPE_CHECKING:
-    from jgem.train.run import Run
+    from jgem.train.side import SamplerSide
 
 
 def episode_return(episode: Episode, gamma: float) -> np.float32:
@@ -75,13 +75,14 @@ class GroupFilter:
 
 
 def dynamic_sample(
-    run: Run, step: int, episodes: list[Episode], play: Callable[[int], list[Episode]] | None = None
+    run: SamplerSide, step: int, episodes: list[Episode], play: Callable[[int], list[Episode]] | None = None
 ) -> tuple[list[Episode], dict[str, float]]:
     """Step `step`'s training episodes from its played `episodes` (round 0): groups without signal dropped, extra
     rounds played while any process misses groups (every process plays a round together: the engine runs in
     lockstep), at most `rollout.max_resample_rounds`. With no group kept at all, the step trains on its own episodes,
-    as without dynamic sampling. `play(r)`: round r's episodes (a pipeline's, `jgem.train.pipeline`); by default
-    `run.collect(step, round=r)`, and `run.engine.stats` becomes the sum over the rounds. Metrics:
+    as without dynamic sampling. `run`: the sampler side (its config, engine, mesh and `collect`). `play(r)`: round
+    r's episodes (a pipeline's, `jgem.train.pipeline`); by default `run.collect(step, round=r)`, and
+    `run.engine.stats` becomes the sum over the rounds. Metrics:
     rollout/groups_dropped, rollout/groups_kept (trained), rollout/resample_rounds."""
     cfg = run.cfg
     found = GroupFilter(cfg.episodes_per_step // cfg.group_size, cfg.gamma)

@@ -46,33 +46,18 @@ class Learner(Run):
         *,
         sft: bool = False,
         meanwhile: Callable[[Callable[[], bool]], None] | None = None,
-        publish: bool = True,
     ) -> dict[str, float]:
-        """One update on `episodes`: pack, one upload, one program (`jgem.algos.step.train_step`), one download,
-        then (split meshes, with `publish`) the new weights published to the sampler. `meanwhile(done)`, when given,
-        runs after the program is dispatched and before its metrics are read, `done()` telling whether the update
-        has finished: with split meshes the sampler's devices go on generating (the pipeline's steps ahead) while
-        the learner's run the update. Returns the packing's metrics and the update's (unprefixed: loss, grad_norm,
-        ...).
-
-        In a role split (`jgem.train.roles`) a learner process updates on its share of the step's episodes (its
-        caller received them) and, with `publish`, the first learner sends the metrics; a sampler process does not
-        update: it waits for those metrics (driving `meanwhile` until they arrive), returns them, and joins the
-        publication. Without `publish` (the warm start's steps) the samplers take no part."""
-        roles = self.roles
-        if roles.learns:
-            host, metrics = self.pack(episodes, sft=sft)
-            self.state, m = self._train_step(self.state, self.upload(host), self.step_spec(sft=sft))
-            if meanwhile is not None:
-                meanwhile(lambda: all(x.is_ready() for x in jax.tree.leaves(m)))
-            metrics |= self.download(m)
-            if roles.split and publish and jax.process_index() == roles.lead:
-                roles.send("update", metrics)  # the samplers wait for it to join the publication
-        else:
-            metrics = roles.wait("update", roles.lead, meanwhile)
-        if publish:
-            self.sync_sampler()
-        return metrics
+        """One update on `episodes`: pack, one upload, one program (`jgem.algos.step.train_step`), one download.
+        `meanwhile(done)`, when given, runs after the program is dispatched and before its metrics are read, `done()`
+        telling whether the update has finished: with split meshes the sampler's devices go on generating (the
+        pipeline's steps ahead) while the learner's run the update. Returns the packing's metrics and the update's
+        (unprefixed: loss, grad_norm, ...). The new policy reaches the sampler by the run's transport (`publish`),
+        not here."""
+        host, metrics = self.pack(episodes, sft=sft)
+        self.state, m = self._train_step(self.state, self.upload(host), self.step_spec(sft=sft))
+        if meanwhile is not None:
+            meanwhile(lambda: all(x.is_ready() for x in jax.tree.leaves(m)))
+        return metrics | self.download(m)
 
     def make_batch(self, episodes: list[Episode], *, sft: bool = False) -> tuple[TrainBatch, dict[str, float]]:
         """The `TrainBatch` `learn` updates on (advantages, critic targets, reference log-probs on the tokens),

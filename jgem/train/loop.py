@@ -19,13 +19,14 @@ import numpy as np
 from jgem.algos.step import train_step
 from jgem.checkpoint import CheckpointConfig, Checkpointer
 from jgem.config import TrainConfig
-from jgem.metrics import MetricsLogger, WandbWriter, plot_curves
+from jgem.metrics import MetricsLogger, Timer, WandbWriter, plot_curves
 from jgem.sharding.mesh import RUN, log_to_run_dir, replicated
-from jgem.train.dynamic import dynamic_sample
-from jgem.train.evaluate import episode_metrics, eval_metrics
+from jgem.train.evaluate import eval_metrics
 from jgem.train.learn import Learner, check_finite_loss
-from jgem.train.pipeline import Pipeline, SyncPipeline, staleness
+from jgem.train.pipeline import NoSampler, Pipeline, SyncPipeline
 from jgem.train.progress import CONSOLE_KEYS, Progress, curve_keys
+from jgem.train.side import SamplerSide
+from jgem.train.transport import make_transport
 from jgem.train.warm_start import warm_start
 
 # The trainer's host state in every checkpoint (beside the run config): all a resume needs besides the device state
@@ -53,16 +54,39 @@ RESUMABLE_FIELDS = (
 
 
 class Trainer(Learner):
-    """Builds everything a run needs from a `TrainConfig`; `run()` trains and returns the final summary."""
+    """Builds everything a run needs from a `TrainConfig`; `run()` trains and returns the final summary.
+
+    Assembled once from the run's parts: the learner (this object's `Learner` side: the state, the update program),
+    the sampler side (`pipeline`: the engine as producer, `jgem.train.pipeline`; a role split's learner process has
+    none), and the transport between them (`jgem.train.transport`: one mesh, split meshes, or a role split's
+    processes). `train_step` is written once against them."""
 
     def __init__(self, cfg: TrainConfig) -> None:
         super().__init__(cfg)
         # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
-        # the producer / consumer of the step's episodes (jgem.train.pipeline) on the sampler's processes;
-        # SyncPipeline: sync (`collect`), or a learner's process of a role split (plays nothing)
-        live = cfg.pipeline.mode != "sync" and self.roles.samples
-        self.pipeline: Pipeline | SyncPipeline = Pipeline(self) if live else SyncPipeline(self)
+        self.transport = make_transport(self.roles, self.sync_sampler, split_meshes=self.publisher is not None)
+        self.pipeline: Pipeline | SyncPipeline | NoSampler = NoSampler()
+        if self.transport.samples:
+            side = self.sampler_side()
+            self.pipeline = SyncPipeline(side) if cfg.pipeline.mode == "sync" else Pipeline(side)
+
+    def sampler_side(self) -> SamplerSide:
+        """What the pipeline and dynamic sampling use of this run (`SamplerSide`)."""
+        return SamplerSide(
+            cfg=self.cfg,
+            engine=self.engine,
+            pool=self.pool,
+            specs=self.specs,
+            horizon=self.horizon,
+            stage=self.curriculum.stage,
+            collect=self.collect,
+            policy=self.policy,
+            snapshot=self.snapshot,
+            publisher=self.publisher,
+            rollout_mesh=self.rollout_mesh,
+            run_dir=self.run_dir,
+        )
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -101,7 +125,7 @@ class Trainer(Learner):
                 if saved:
                     RUN.doing = f"while saving checkpoint {step + 1}"
                     self.pipeline.save(step + 1)
-                    self._pipeline_saved()
+                    self.transport.samplers_done("saved")  # the learners save once every pipeline file is written
                     if ckpt:
                         ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
                     self.pipeline.prune(self.run_dir / "checkpoints")
@@ -127,117 +151,56 @@ class Trainer(Learner):
         return summary
 
     def train_step(self, step: int) -> dict[str, float]:
-        """One RL step: play its episodes (with dynamic sampling, drop the groups without signal and play more),
-        learn from them; the step's metrics (its episodes': the first round's, the step's on-policy sample). In a
-        role split a learner's process trains on its share of what the samplers played (`_learner_step`)."""
-        if not self.roles.samples:
-            return self._learner_step(step)
-        t0 = time.perf_counter()
-        pipe = self.pipeline
-        played = episodes = pipe.batch(step)
-        sampled = {}
-        if self.cfg.rollout.dynamic_sampling:
-            episodes, sampled = dynamic_sample(self, step, played, pipe.rounds(step))
-        stale = staleness(episodes, step)
-        pipe.check(step, stale)
-        t1 = time.perf_counter()
-        if self.roles.split:  # to the learners' processes
-            self.roles.send("episodes", episodes)
-        pipe.before_update(step)
-        learned = self.learn(episodes, meanwhile=partial(pipe.meanwhile, step))
-        metrics = {k if "/" in k else f"train/{k}": v for k, v in learned.items()}
-        check_finite_loss(metrics["train/loss"], step, episodes)
-        pipe.after_update(step)
-        t2 = time.perf_counter()
+        """One RL step: the sampler side's episodes (`pipeline.step`: played, with dynamic sampling the groups
+        without signal dropped and more played), the update on this process's share of them (`transport.update`:
+        where it is not the learner's, the sampler plays on until the update's metrics arrive), the new policy
+        published; the step's metrics (the update's, the sampler side's, the phases' times)."""
+        timer, pipe = Timer(), self.pipeline
+        with timer("collect"):
+            batch = pipe.step(step)
+            episodes = self.transport.episodes(batch.episodes)
+        with timer("update"):
+            pipe.before_update(step)
+            learned = self.transport.update(
+                lambda meanwhile: self.learn(episodes, meanwhile=meanwhile), partial(pipe.meanwhile, step)
+            )
+            check_finite_loss(learned["loss"], step, episodes)
+            self.transport.publish()
+            pipe.after_update(step)
         self.host["episodes"] += len(episodes)
-        metrics |= episode_metrics(played, "rollout") | self.engine.stats.as_metrics() | sampled
-        metrics |= {
-            "time/collect_s": t1 - t0,
-            "time/update_s": t2 - t1,
-            "rollout/max_turns": float(self.horizon(step)),  # the env's limit, or the curriculum's below it
-            "curriculum/stage": float(self.curriculum.stage(step)),
-            "compile/rollout": float(self.engine.num_compilations),
-            "compile/update": float(train_step._cache_size()),
-            "pool/faults_total": float(self.pool.num_faults),
-            "pipeline/staleness_mean": float(stale.mean()) if stale.size else 0.0,
-            "pipeline/staleness_max": float(stale.max()) if stale.size else 0.0,
-        }
-        if self.publisher is not None:  # split meshes: the update's publication to the sampler's devices
-            metrics |= {
-                "pipeline/publish_bytes": float(self.publisher.bytes),
-                "pipeline/publish_s": self.publisher.seconds,
-            }
-            metrics |= pipe.metrics()  # what the sampler's devices played while the learner's updated
+        metrics = (
+            _prefixed(learned, "train")
+            | pipe.metrics(batch, step)
+            | timer.metrics()
+            | {"compile/update": float(train_step._cache_size())}
+        )
         return metrics
 
-    def _learner_step(self, step: int) -> dict[str, float]:
-        """A role split's learner process: step `step`'s episodes from every sampler (in their global order), this
-        process's contiguous share of them trained (`learn` reports to the samplers and joins the publication).
-        Its metrics are the update's; the samplers' process logs the step."""
-        t0 = time.perf_counter()
-        played = [e for part in self.roles.receive("episodes", self.roles.samplers) for e in part]
-        i, n = self.roles.learners.index(jax.process_index()), len(self.roles.learners)
-        episodes = played[i * len(played) // n : (i + 1) * len(played) // n]
-        t1 = time.perf_counter()
-        metrics = {k if "/" in k else f"train/{k}": v for k, v in self.learn(episodes).items()}
-        check_finite_loss(metrics["train/loss"], step, episodes)
-        self.host["episodes"] += len(episodes)
-        return metrics | {"time/collect_s": t1 - t0, "time/update_s": time.perf_counter() - t1}
-
     def _last_checkpoint(self, ckpt: Checkpointer | None) -> int | None:
-        """The step of the run's last checkpoint, once every save has finished; in a role split the samplers, which
-        save none, learn it from the first learner (the directory as a sampler sees it may lack saves still being
+        """The step of the run's last checkpoint, once every save has finished (in a role split the samplers, which
+        save none, learn it from the first learner: the directory as a sampler sees it may lack saves still being
         written)."""
-        last = None
-        if ckpt:
+
+        def last() -> int | None:
             ckpt.wait()
-            last = ckpt.latest_step()
-        roles = self.roles
-        if roles.split and jax.process_index() == roles.lead:
-            roles.send("checkpoint", last)
-        if not roles.learns:
-            last = roles.receive("checkpoint", [roles.lead])[0]
-        return last
+            return ckpt.latest_step()
+
+        return self.transport.from_learners("checkpoint", last)
 
     def _digest(self) -> str:
-        """`params_digest` of the params the run ends with; in a role split the learners work it out over their
-        own devices and the first sends it to the samplers."""
-        roles = self.roles
-        if not roles.split:
-            return params_digest(self.state.params)
-        if not roles.learns:
-            return roles.receive("digest", [roles.lead])[0]
-        digest = params_digest(self.state.params, self.mesh)
-        if jax.process_index() == roles.lead:
-            roles.send("digest", digest)
-        return digest
-
-    def _pipeline_saved(self) -> None:
-        """A role split with a pipeline, before a checkpoint: every sampler has written its pipeline file (the
-        episodes played ahead) before the learners save, so no checkpoint exists without them."""
-        if not self.roles.split or self.cfg.pipeline.mode == "sync":
-            return
-        if self.roles.samples:
-            self.roles.send("saved", True)
-        else:
-            self.roles.receive("saved", self.roles.samplers)
+        """`params_digest` of the params the run ends with, worked out by the learners over their own devices."""
+        return self.transport.from_learners("digest", lambda: params_digest(self.state.params, self.mesh))
 
     def warm_start(self, log) -> None:
         """The supervised warm start (`jgem.train.warm_start`), `log(step, metrics)` after each of its steps."""
-        warm_start(self, log)
+        warm_start(self, self.transport, log)
         self.host["warm_start_done"] = True
 
     def evaluate(self, step: int) -> dict[str, float]:
-        """Eval metrics on the held-out seeds, with the horizon evaluation ran at and the training horizon of `step`.
-        In a role split the samplers play them and the first sampler's metrics go to the learners (which rank
-        checkpoints by them)."""
-        roles = self.roles
-        if not roles.samples:
-            return roles.receive("eval", roles.samplers[:1])[0]
-        metrics = eval_metrics(self, step, self.collect(step, eval=True))
-        if roles.split and jax.process_index() == roles.samplers[0]:
-            roles.send("eval", metrics)
-        return metrics
+        """Eval metrics on the held-out seeds, with the horizon evaluation ran at and the training horizon of `step`,
+        played on the sampler side (in a role split the learners get the first sampler's: they rank checkpoints by
+        them)."""
+        return self.transport.from_samplers("eval", lambda: eval_metrics(self, step, self.collect(step, eval=True)))
 
     def collect(self, step: int, *, eval: bool = False, round: int = 0):
         """`Run.collect`, recording version `step` (the updates applied) on every sampled token."""
@@ -248,12 +211,12 @@ class Trainer(Learner):
     def _open_outputs(self) -> tuple[Checkpointer | None, MetricsLogger, Progress]:
         """The run's checkpointer (None on a role split's sampler processes: the learners' save the state),
         metrics logger and progress display (and its start note, where they write)."""
-        self.roles.check_checkpoints()
+        self.transport.check_checkpoints()
         cfg, primary = self.cfg, jax.process_index() == 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        ckpt = None
-        if self.roles.learns:
-            ckpt = Checkpointer(
+        ckpt = self.transport.from_learners(
+            None,
+            lambda: Checkpointer(
                 CheckpointConfig(
                     str(self.run_dir / "checkpoints"),
                     keep_last=cfg.keep_checkpoints,
@@ -262,8 +225,9 @@ class Trainer(Learner):
                 run_config=cfg,
                 defaults=TrainConfig(),  # a field newer than the run's checkpoints resumes at its default
                 ignore_fields=RESUMABLE_FIELDS,
-                processes=self.roles.learners if self.roles.split else None,
-            )
+                processes=self.transport.checkpoint_processes,
+            ),
+        )
         log, writers = cfg.log, []
         if log.wandb and primary:
             writers.append(
@@ -296,19 +260,19 @@ class Trainer(Learner):
         config.json. Either way the logger rewinds to where the run stands: one log line per step, the warm start
         at steps 1 - W .. 0, the initial evaluation before it at -W. In a role split the learners restore the
         state and tell the samplers the host state; the publication brings the samplers the params."""
-        roles = self.roles
-        restored = ckpt.restore_latest(self.state) if ckpt is not None and self.cfg.resume else None
-        host = None if restored is None else restored.host
-        if roles.split and jax.process_index() == roles.lead:
-            roles.send("resume", host)
-        if not roles.learns:
-            host = roles.receive("resume", [roles.lead])[0]
+
+        def restore() -> dict[str, Any] | None:
+            restored = ckpt.restore_latest(self.state) if self.cfg.resume else None
+            if restored is None:
+                return None
+            self.state = restored.state
+            return restored.host
+
+        host = self.transport.from_learners("resume", restore)
         if host is None:
             logger.rewind(-self.cfg.warm_start.steps - 1)
             (self.run_dir / "config.json").write_text(json.dumps(self.cfg.to_dict(), indent=2, default=str))
             return False
-        if restored is not None:
-            self.state = restored.state
         self.sync_sampler(full=True)
         self.host = {k: host[k] for k in HOST_KEYS}
         self.pipeline.restore(self.host["step"])
@@ -363,6 +327,11 @@ class Trainer(Learner):
         if last_checkpoint is not None:
             lines.append(f"  last checkpoint  {d / 'checkpoints' / str(last_checkpoint)}/ (step {last_checkpoint})")
         return "\n".join(lines)
+
+
+def _prefixed(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    """`metrics` with `prefix/` before each name that has no prefix of its own (the update's loss, grad_norm ...)."""
+    return {k if "/" in k else f"{prefix}/{k}": v for k, v in metrics.items()}
 
 
 def params_digest(params: Any, mesh: Any = None) -> str:

@@ -39,88 +39,221 @@ step's older version may be gone after a drain or a resume), ahead of the queued
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jgem.checkpoint import committed_steps
+from jgem.config import TrainConfig
 from jgem.rollout.config import MAX_RESAMPLE_ROUNDS
-from jgem.rollout.engine import RolloutStats
+from jgem.rollout.engine import RolloutEngine, RolloutStats
 from jgem.rollout.episode import Episode
 from jgem.sharding.mesh import process_max
-
-if TYPE_CHECKING:
-    from jgem.train.learn import Learner
-
-_copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))  # a version's params, before the update donates them
+from jgem.train.dynamic import dynamic_sample
+from jgem.train.evaluate import episode_metrics
+from jgem.train.side import SamplerSide
 
 
-class Pipeline:
+@dataclasses.dataclass(frozen=True)
+class Staleness:
+    """How far the producer runs ahead of the learner and what that bounds (AReaL's `StalenessController`): at step
+    s the steps up to s + `ahead` are submitted (`submit_through`); async bounds the age of every trained token by
+    `ahead` updates (`measure` checks it), off_policy trains each step at exactly `ahead` (lag) updates old, stream
+    bounds only what is submitted ahead. sync: nothing ahead."""
+
+    mode: str = "sync"
+    ahead: int = 0
+    steps: int = 0
+
+    @classmethod
+    def of(cls, cfg: TrainConfig) -> Staleness:
+        p = cfg.pipeline
+        ahead = {"sync": 0, "off_policy": p.lag}.get(p.mode, p.max_staleness)
+        return cls(p.mode, ahead, cfg.steps)
+
+    def submit_through(self, step: int) -> int:
+        """The last step to submit while the learner is at step `step`."""
+        return min(step + self.ahead, self.steps - 1)
+
+    def measure(self, episodes: list[Episode], step: int) -> dict[str, float]:
+        """The staleness of the tokens step `step` trains on (`pipeline/staleness_mean`, `_max`); async: none may
+        be more than `ahead` updates old."""
+        stale = staleness(episodes, step)
+        if self.mode == "async" and stale.size and stale.max() > self.ahead:
+            raise AssertionError(f"step {step} would train on tokens {stale.max()} versions old (max {self.ahead})")
+        return {
+            "pipeline/staleness_mean": float(stale.mean()) if stale.size else 0.0,
+            "pipeline/staleness_max": float(stale.max()) if stale.size else 0.0,
+        }
+
+
+@dataclasses.dataclass
+class RolloutBatch:
+    """A step's episodes as the sampler side hands them over: those played (round 0, which the rollout metrics
+    describe), those to train (dynamic sampling's kept groups), and the sampler side's metrics of the step."""
+
+    played: list[Episode]
+    episodes: list[Episode]
+    metrics: dict[str, float]
+
+
+class SyncPipeline:
+    """`--pipeline.mode sync`: step s's episodes are `Run.collect(s)`, played to their end by the learner's policy,
+    so nothing is in flight between steps: nothing to drain, save or restore, and no pipeline file beside the
+    checkpoints. The base of `Pipeline`, whose producer runs ahead."""
+
+    mode = "sync"
+
+    def __init__(self, side: SamplerSide) -> None:
+        self.side = side
+        self.staleness = Staleness.of(side.cfg)
+        self.during_update = 0  # split meshes: action tokens sampled while the last update ran (`meanwhile`)
+
+    @property
+    def engine(self) -> RolloutEngine:
+        return self.side.engine
+
+    def step(self, step: int) -> RolloutBatch:
+        """Step `step`'s episodes: played (`batch`), with dynamic sampling the groups without signal dropped and
+        more played (`rounds`), their staleness measured."""
+        cfg = self.side.cfg
+        played = episodes = self.batch(step)
+        metrics = {}
+        if cfg.rollout.dynamic_sampling:
+            episodes, metrics = dynamic_sample(self.side, step, played, self.rounds(step))
+        return RolloutBatch(played, episodes, metrics | self.staleness.measure(episodes, step))
+
+    def metrics(self, batch: RolloutBatch, step: int) -> dict[str, float]:
+        """The sampler side's metrics of step `step` (after its update): its episodes', the engine's counters, the
+        horizon and the curriculum's stage, the pool's faults, split meshes' publication."""
+        side = self.side
+        out = episode_metrics(batch.played, "rollout") | side.engine.stats.as_metrics() | batch.metrics
+        out |= {
+            "rollout/max_turns": float(side.horizon(step)),  # the env's limit, or the curriculum's below it
+            "curriculum/stage": float(side.stage(step)),
+            "compile/rollout": float(side.engine.num_compilations),
+            "pool/faults_total": float(side.pool.num_faults),
+        }
+        if side.publisher is not None:  # split meshes: the update's publication to the sampler's devices
+            out |= {
+                "pipeline/publish_bytes": float(side.publisher.bytes),
+                "pipeline/publish_s": side.publisher.seconds,
+                "pipeline/tokens_during_update": float(self.during_update),  # played while the learner updated
+            }
+        return out
+
+    def start(self, step: int) -> None:
+        """Begin at `step` (a fresh run's first step, or where a resume left off)."""
+
+    def batch(self, step: int) -> list[Episode]:
+        return self.side.collect(step)
+
+    def rounds(self, step: int) -> Callable[[int], list[Episode]] | None:
+        """Dynamic sampling's `play(round)` for step `step` (`jgem.train.dynamic.dynamic_sample`); None: it plays
+        the extra rounds with `Run.collect` (and sums the engine's stats)."""
+        return None
+
+    def before_update(self, step: int) -> None:
+        pass
+
+    def meanwhile(self, step: int, update_done: Callable[[], bool]) -> None:
+        pass
+
+    def after_update(self, step: int) -> None:
+        pass
+
+    def drain(self, step: int) -> None:
+        pass
+
+    def save(self, step: int) -> None:
+        pass
+
+    def prune(self, checkpoints: Path) -> None:
+        pass
+
+    def restore(self, step: int) -> None:
+        pass
+
+
+class NoSampler:
+    """The sampler side of a role split's learner process: it plays nothing (its episodes come from the samplers'
+    processes, `jgem.train.transport.ProcessSplit`) and reports no rollout metrics."""
+
+    mode = "none"
+    engine = None
+
+    def step(self, step: int) -> RolloutBatch:
+        return RolloutBatch([], [], {})
+
+    def metrics(self, batch: RolloutBatch, step: int) -> dict[str, float]:
+        return {}
+
+    def start(self, step: int) -> None:
+        pass
+
+    before_update = after_update = drain = save = restore = start
+
+    def meanwhile(self, step: int, update_done: Callable[[], bool]) -> None:
+        pass
+
+    def prune(self, checkpoints: Path) -> None:
+        pass
+
+
+class Pipeline(SyncPipeline):
     """Producer and consumer of one run (module docstring). `batch(step)` is step `step`'s episodes;
     `before_update` / `after_update` bracket the learner's update of that step."""
 
-    def __init__(self, trainer: Learner) -> None:
-        self.trainer = trainer
-        self.cfg = cfg = trainer.cfg.pipeline
-        self.mode = cfg.mode
-        self.ahead = cfg.lag if cfg.mode == "off_policy" else cfg.max_staleness
-        self.key = jax.random.key(trainer.cfg.seed)  # step s draws from stream 2s: fold_in(key, 2s), as `Run.collect`
+    def __init__(self, side: SamplerSide) -> None:
+        self.mode = side.cfg.pipeline.mode
+        super().__init__(side)
+        self.cfg = side.cfg.pipeline
+        self.key = jax.random.key(side.cfg.seed)  # step s draws from stream 2s: fold_in(key, 2s), as `Run.collect`
         self.next_submit = 0  # the first step not submitted yet
         self.kept: dict[int, Any] = {}  # off_policy: version -> params still playing in-flight episodes
-        self.during_update = 0  # split meshes: action tokens sampled while the last update ran (`meanwhile`)
         self.drained: RolloutStats | None = None  # the last drain's work, reported with the next step
         # stream: step -> group id -> its episode ids, submitted and not trained yet (submission order)
         self.untrained: dict[int, dict[int, list[int]]] = {}
-
-    @property
-    def engine(self):
-        return self.trainer.engine
 
     def start(self, step: int) -> None:
         """Begin at `step` (a fresh run's first step, or where a resume left off)."""
         self.next_submit = max(self.next_submit, step)
 
     def batch(self, step: int) -> list[Episode]:
-        """Step `step`'s episodes (submitting the steps up to `step + ahead` first), as soon as they have finished;
-        stream: a step's worth of whole groups, the first to finish. The engine's stats count from here (and the
-        last drain's work)."""
-        t = self.trainer
+        """Step `step`'s episodes (submitting the steps the staleness controller allows first), as soon as they have
+        finished; stream: a step's worth of whole groups, the first to finish. The engine's stats count from here
+        (and the last drain's work)."""
+        side = self.side
         self.engine.stats = self.step_stats()
-        last = min(step + self.ahead, t.cfg.steps - 1)
+        last = self.staleness.submit_through(step)
         # submitted at version `step`: step + ahead, or at the start every step up to it (off_policy: max(0, s - K))
         for s in range(self.next_submit, last + 1):
-            specs = t.specs(s)
-            self.engine.submit(specs, self.key, stream=2 * s, max_turns=t.horizon(s), version=step)
+            specs = side.specs(s)
+            self.engine.submit(specs, self.key, stream=2 * s, max_turns=side.horizon(s), version=step)
             if self.mode == "stream":
                 self._track(s, specs)
         self.next_submit = max(self.next_submit, last + 1)
         if self.mode == "stream":
             return self._first_finished(step)
-        ids = [e.episode_id for e in t.specs(step)]
+        ids = [e.episode_id for e in side.specs(step)]
         self.engine.run(self.models(step), until=lambda: self.engine.finished(ids, stream=2 * step))
         return self.engine.take(ids, stream=2 * step)
 
     def rounds(self, step: int) -> Callable[[int], list[Episode]]:
-        """Dynamic sampling's `play(round)` for step `step` (`jgem.train.dynamic.dynamic_sample`)."""
         return lambda r: self.extra(step, r)
-
-    def check(self, step: int, stale: np.ndarray) -> None:
-        """async: no token step `step` trains on (`stale`, per token: `staleness`) is more than `ahead` updates old."""
-        if self.mode == "async" and stale.size and stale.max() > self.ahead:
-            raise AssertionError(f"step {step} would train on tokens {stale.max()} versions old (max {self.ahead})")
 
     def extra(self, step: int, round: int) -> list[Episode]:
         """Dynamic sampling's extra `round` of step `step`, played by the learner's policy (version `step`, in every
         mode: an older one may be gone after a drain or a resume), ahead of the steps already queued."""
-        t = self.trainer
-        specs = t.specs(step, round=round)
-        self.engine.submit(specs, self.key, stream=2 * step, max_turns=t.horizon(step), version=step, front=True)
+        side = self.side
+        specs = side.specs(step, round=round)
+        self.engine.submit(specs, self.key, stream=2 * step, max_turns=side.horizon(step), version=step, front=True)
         ids = [e.episode_id for e in specs]
         self.engine.run(self.models(step), until=lambda: self.engine.finished(ids, stream=2 * step))
         return self._unique_groups(step, self.engine.take(ids, stream=2 * step))
@@ -143,7 +276,7 @@ class Pipeline:
     def _first_finished(self, step: int) -> list[Episode]:
         """stream: the first whole groups to finish, `episodes_per_step` episodes (this process's share), as soon as
         that many have (the oldest step's first among those finished)."""
-        n = len(self.trainer.specs(step))
+        n = len(self.side.specs(step))
 
         def enough() -> bool:
             return sum(len(ids) for _, _, ids in self._finished_groups()) >= n
@@ -162,7 +295,7 @@ class Pipeline:
     def _unique_groups(self, step: int, episodes: list[Episode]) -> list[Episode]:
         """stream: a batch mixes steps, whose group ids repeat; step `step`'s get step * group_stride(...) added."""
         if self.mode == "stream":
-            stride = group_stride(self.trainer.cfg.episodes_per_step)
+            stride = group_stride(self.side.cfg.episodes_per_step)
             for e in episodes:
                 e.group_id += step * stride
         return episodes
@@ -170,15 +303,15 @@ class Pipeline:
     def models(self, step: int) -> dict[int, Any]:
         """The policies the engine plays with: the learner's (version `step`) and, off_policy, every kept one (with
         split meshes, the sampler's copies)."""
-        out = {v: self.trainer.policy(p) for v, p in self.kept.items()}
-        out[step] = self.trainer.policy()
+        out = {v: self.side.policy(p) for v, p in self.kept.items()}
+        out[step] = self.side.policy()
         return out
 
     def meanwhile(self, step: int, update_done: Callable[[], bool]) -> None:
         """While the update of step `step` runs (until `update_done()`): with split meshes the engine plays on
         with version `step` (the steps ahead), until the update is done or nothing is left to play. On one mesh
         the update holds the devices, so there is nothing to overlap."""
-        if self.trainer.publisher is None:
+        if self.side.publisher is None:
             return
         done = lambda: not self.engine.busy or update_done()
         before = self.engine.stats.action_tokens
@@ -192,23 +325,15 @@ class Pipeline:
             return
         used = self.engine.versions_in_use()
         # every process keeps the same versions (lockstep); agreed on the sampler's devices (its decision)
-        oldest = -process_max([-min(used, default=step + 1)], self.trainer.rollout_mesh)[0]
+        oldest = -process_max([-min(used, default=step + 1)], self.side.rollout_mesh)[0]
         self.kept = {v: p for v, p in self.kept.items() if v >= oldest}
-        if oldest <= step:  # split meshes: the sampler's copy, which the publication leaves as it is
-            t = self.trainer
-            self.kept[step] = _copy(t.state.params) if t.publisher is None else t.sampler_params
+        if oldest <= step:
+            self.kept[step] = self.side.snapshot()
 
     def after_update(self, step: int) -> None:
         """async and stream: every queued and live episode goes on with version `step + 1`."""
         if self.mode in ("async", "stream"):
             self.engine.adopt_version(step + 1, stale_kv=self.cfg.stale_kv)
-
-    def metrics(self) -> dict[str, float]:
-        """The step's pipeline metrics besides staleness: split meshes, what the sampler's devices played while the
-        learner's updated."""
-        if self.trainer.publisher is None:
-            return {}
-        return {"pipeline/tokens_during_update": float(self.during_update)}
 
     def drain(self, step: int) -> None:
         """Play every submitted episode to its end (before an evaluation or a checkpoint); the learner is at
@@ -225,7 +350,7 @@ class Pipeline:
     # -- checkpoints -------------------------------------------------------------------------------
 
     def path(self, step: int) -> Path:
-        return Path(self.trainer.run_dir) / "pipeline" / f"step-{step}.process-{jax.process_index()}.pkl"
+        return Path(self.side.run_dir) / "pipeline" / f"step-{step}.process-{jax.process_index()}.pkl"
 
     def save(self, step: int) -> None:
         """After `drain`, before checkpoint `step` is saved: the finished episodes of the steps ahead of it, per
@@ -250,7 +375,7 @@ class Pipeline:
     def restore(self, step: int) -> None:
         """The pending episodes saved with checkpoint `step` back into the engine; submission goes on after them."""
         f = self.path(step)
-        mesh = self.trainer.rollout_mesh
+        mesh = self.side.rollout_mesh
         if step == 0 and not process_max([f.exists()], mesh)[0]:
             return  # the warm start's checkpoint: nothing was submitted yet
         if process_max([not f.exists()], mesh)[0]:  # on every process together (they run in lockstep)
@@ -267,59 +392,9 @@ class Pipeline:
         self.next_submit = max([step, *(s + 1 for s in saved["pending"])])
 
     def _pending_ids(self, step: int) -> dict[int, list[int]]:
-        t = self.trainer
         if self.mode == "stream":  # every step's untrained groups, older steps' slow ones too
             return {s: [i for ids in groups.values() for i in ids] for s, groups in self.untrained.items()}
-        return {s: [e.episode_id for e in t.specs(s)] for s in range(step, self.next_submit)}
-
-
-class SyncPipeline:
-    """`--pipeline.mode sync` (and a role split's learner processes, which play nothing): step s's episodes are
-    `Run.collect(s)`, played to their end by the learner's policy, so nothing is in flight between steps: nothing
-    to drain, save or restore, and no pipeline file beside the checkpoints. `Pipeline`'s interface."""
-
-    mode = "sync"
-    ahead = 0
-
-    def __init__(self, trainer: Learner) -> None:
-        self.trainer = trainer
-
-    def start(self, step: int) -> None:
-        pass
-
-    def batch(self, step: int) -> list[Episode]:
-        return self.trainer.collect(step)
-
-    def rounds(self, step: int) -> None:
-        """None: `dynamic_sample` plays the extra rounds with `Run.collect` (and sums the engine's stats)."""
-        return None
-
-    def check(self, step: int, stale: np.ndarray) -> None:
-        pass
-
-    def before_update(self, step: int) -> None:
-        pass
-
-    def meanwhile(self, step: int, update_done: Callable[[], bool]) -> None:
-        pass
-
-    def after_update(self, step: int) -> None:
-        pass
-
-    def metrics(self) -> dict[str, float]:
-        return {}
-
-    def drain(self, step: int) -> None:
-        pass
-
-    def save(self, step: int) -> None:
-        pass
-
-    def prune(self, checkpoints: Path) -> None:
-        pass
-
-    def restore(self, step: int) -> None:
-        pass
+        return {s: [e.episode_id for e in self.side.specs(s)] for s in range(step, self.next_submit)}
 
 
 def group_stride(episodes_per_step: int) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
 from jgem.algos.algorithms import get_algorithm
@@ -72,6 +73,9 @@ def env_turn_limit(env_id: str, env_kwargs: dict[str, Any]) -> int | None:
         param = inspect.signature(s.load()).parameters.get("max_turns")
         limit = None if param is None else param.default
     return int(limit) if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+
+
+_copy = jax.jit(lambda tree: jax.tree.map(jnp.copy, tree))  # a version's params, before the update donates them
 
 
 class Run:
@@ -179,6 +183,11 @@ class Run:
         else:
             rest, params = self.sampler_model_state, self.sampler_params if params is None else params
         return nnx.merge(self.state.graphdef, params, rest)
+
+    def snapshot(self) -> Any:
+        """The params the sampler plays the current version with, kept past the next update (which donates the
+        learner's): a copy of them, or with split meshes the sampler's copy (the publication leaves it as it is)."""
+        return _copy(self.state.params) if self.publisher is None else self.sampler_params
 
     def sync_sampler(self, *, full: bool = False) -> None:
         """Split meshes: the learner's params onto the sampler's devices, device to device (`Publisher`); with

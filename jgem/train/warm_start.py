@@ -19,15 +19,16 @@ from jgem.rollout.engine import EpisodeSpec
 from jgem.rollout.scripted import scripted_episodes
 from jgem.train.evaluate import episode_metrics
 from jgem.train.learn import Learner, check_finite_loss
+from jgem.train.transport import InProcess
 
 TEACHER_SEED_OFFSET = 3 * 10**9  # the teacher's games never share a seed with RL's or evaluation's
 
 
-def warm_start(learner: Learner, log: Callable[[int, dict[str, float]], None]) -> None:
+def warm_start(learner: Learner, transport: InProcess, log: Callable[[int, dict[str, float]], None]) -> None:
     """`cfg.warm_start.steps` supervised steps on `learner`, each logged by `log(step, metrics)` at the run's
-    steps 1 - W .. 0."""
-    cfg = learner.cfg
-    ws = cfg.warm_start
+    steps 1 - W .. 0 on every process (`transport`: in a role split the learners' processes train and the first
+    sends each step's metrics to the samplers'); the sampler gets the warm-started policy at the end."""
+    ws = learner.cfg.warm_start
     rl_cfg = learner.state.cfg
     sft_cfg = dataclasses.replace(
         rl_cfg,
@@ -42,42 +43,49 @@ def warm_start(learner: Learner, log: Callable[[int, dict[str, float]], None]) -
         correction="none",
         tis_cap=None,
     )
-    roles = learner.roles
-    if not roles.learns:  # a role split's sampler process: the learners train; it logs their metrics
-        for s in range(ws.steps):
-            log(s + 1 - ws.steps, roles.receive("warm", [roles.lead])[0])
-        learner.sync_sampler()
-        return
     critic = {k: getattr(learner.state, k) for k in ("critic_params", "critic_opt_state", "critic_state")}
-    learner.state = learner.state.replace(cfg=sft_cfg, **dict.fromkeys(critic))
-    n, procs = ws.episodes_per_step, jax.process_count()
-    first, count = roles.share(n, side="learner")
+    transport.from_learners(None, lambda: _set_state(learner, cfg=sft_cfg, **dict.fromkeys(critic)))
     for s in range(ws.steps):
-        # numbered over all processes, as `Run.specs` numbers RL's: each (learner) process plays its own teacher
-        # games, which need no model
-        specs = [EpisodeSpec(i, i, TEACHER_SEED_OFFSET + s * n * procs + i) for i in range(first, first + count)]
-        eps = scripted_episodes(
-            cfg.env.env_id,
-            specs,
-            learner.chat,
-            view=cfg.rollout.view,
-            max_turns=learner.curriculum.max_turns(0),
-            epsilon=ws.epsilon,
-            teacher=ws.teacher,
-            seed=s,
-            env_kwargs=dict(cfg.env.env_kwargs),
-            system_prompt=cfg.env.system_prompt,
-            wrappers=tool_wrapper(cfg.env),
-        )
-        m = learner.learn(eps, sft=True, publish=False)  # the sampler needs only the warm start's end
-        check_finite_loss(m["loss"], s, eps, what="warm-start loss")
-        metrics = {"warm/step": s + 1, "warm/loss": m["loss"], **episode_metrics(eps, "warm/teacher")}
-        if roles.split and jax.process_index() == roles.lead:
-            roles.send("warm", metrics)
-        log(s + 1 - ws.steps, metrics)
+        log(s + 1 - ws.steps, transport.from_learners("warm", lambda s=s: _teacher_step(learner, s)))
+    transport.from_learners(None, lambda: _finish(learner, rl_cfg, critic))
+    transport.publish()
+
+
+def _set_state(learner: Learner, **fields) -> None:
+    learner.state = learner.state.replace(**fields)
+
+
+def _teacher_step(learner: Learner, s: int) -> dict[str, float]:
+    """Warm-start step `s` on a learner's process: its share of the teacher's games (numbered over all processes, as
+    `Run.specs` numbers RL's; they need no model), one supervised update; the step's metrics."""
+    cfg = learner.cfg
+    ws = cfg.warm_start
+    n, procs = ws.episodes_per_step, jax.process_count()
+    first, count = learner.roles.share(n, side="learner")
+    specs = [EpisodeSpec(i, i, TEACHER_SEED_OFFSET + s * n * procs + i) for i in range(first, first + count)]
+    eps = scripted_episodes(
+        cfg.env.env_id,
+        specs,
+        learner.chat,
+        view=cfg.rollout.view,
+        max_turns=learner.curriculum.max_turns(0),
+        epsilon=ws.epsilon,
+        teacher=ws.teacher,
+        seed=s,
+        env_kwargs=dict(cfg.env.env_kwargs),
+        system_prompt=cfg.env.system_prompt,
+        wrappers=tool_wrapper(cfg.env),
+    )
+    m = learner.learn(eps, sft=True)  # the sampler needs only the warm start's end
+    check_finite_loss(m["loss"], s, eps, what="warm-start loss")
+    return {"warm/step": s + 1, "warm/loss": m["loss"], **episode_metrics(eps, "warm/teacher")}
+
+
+def _finish(learner: Learner, rl_cfg, critic: dict) -> None:
+    """Back to RL: its learner config and the critic as they were; the optimizer reset (`reset_optimizer`); with a
+    KL penalty the reference is the warm-started policy (KL keeps RL near what the warm start taught)."""
     learner.state = learner.state.replace(cfg=rl_cfg, **critic)
-    if ws.reset_optimizer:
+    if learner.cfg.warm_start.reset_optimizer:
         learner.state = reset_optimizer(learner.state)
-    if learner.state.ref_params is not None:  # KL keeps RL near what the warm start taught
+    if learner.state.ref_params is not None:
         learner.state = learner.state.replace(ref_params=jax.tree.map(jnp.copy, learner.state.params))
-    learner.sync_sampler()
