@@ -78,7 +78,7 @@ def _step(tr, eps) -> float:
 
     if hasattr(tr, "learn"):  # one upload, one program, one download
         return tr.learn(eps)["loss"]
-    batch, _ = tr.make_batch(eps)  # the baseline: make_batch's round trips, then update
+    batch, _ = tr.learner.make_batch(eps)  # the baseline: make_batch's round trips, then update
     tr.state, m = tr._update(tr.state, batch)
     return float(jax.device_get(m)["loss"])
 

@@ -105,10 +105,11 @@ def shared(algorithm: str, kl_coef: float | None = None) -> tuple[Trainer, list[
 
 def guarded_learn(tr: Trainer, episodes: list[Episode]) -> tuple[dict[str, float], dict[str, int]]:
     """`tr.learn(episodes)` under `jax.transfer_guard("disallow_explicit")`, which fails any host<->device copy,
-    explicit or implicit, except inside the trainer's `upload` and `download`; returns the step's metrics and how
+    explicit or implicit, except inside the learner's `upload` and `download`; returns the step's metrics and how
     many times each of those two ran."""
     counts = {"upload": 0, "download": 0}
-    upload, download = tr.upload, tr.download
+    learner = tr.learner
+    upload, download = learner.upload, learner.download
 
     def counted(name, fn):
         def call(*args):
@@ -118,12 +119,12 @@ def guarded_learn(tr: Trainer, episodes: list[Episode]) -> tuple[dict[str, float
 
         return call
 
-    tr.upload, tr.download = counted("upload", upload), counted("download", download)
+    learner.upload, learner.download = counted("upload", upload), counted("download", download)
     try:
         with jax.transfer_guard("disallow_explicit"):
             metrics = tr.learn(episodes)
     finally:
-        del tr.upload, tr.download  # the trainer's own methods again
+        del learner.upload, learner.download  # the learner's own methods again
     return metrics, counts
 
 

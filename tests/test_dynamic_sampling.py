@@ -13,7 +13,6 @@ import pytest
 from jgem.config import ConfigError, validate
 from jgem.core import Env
 from jgem.registry import register
-from jgem.rollout.engine import RolloutStats
 from jgem.rollout.episode import Episode, Transition
 from jgem.train import Trainer
 from jgem.train.dynamic import GroupFilter, dynamic_sample, episode_return, has_signal
@@ -53,15 +52,14 @@ def test_the_filter_keeps_whole_groups_in_order_up_to_its_target():
 
 
 class _FakeRun:
-    """What `dynamic_sample` uses of a Run: its config, `collect(step, round=r)`, the engine's stats and the
-    sampler's mesh (None: one process); episodes get rewards from a table of seeds (seed -> per-episode rewards of
-    its group)."""
+    """What `dynamic_sample` uses of the sampler side: its config and mesh (None: one process); `collect(step,
+    round=r)` plays a round, episodes getting rewards from a table of seeds (seed -> per-episode rewards of its
+    group)."""
 
     rollout_mesh = None
 
     def __init__(self, cfg, table):
         self.cfg, self.table, self.rounds = cfg, table, []
-        self.engine = type("E", (), {"stats": RolloutStats()})()
         mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
         self.roles = Roles(mesh, mesh)  # one process on both sides: `specs` numbers as a plain run
 
@@ -70,7 +68,6 @@ class _FakeRun:
     def collect(self, step, *, round=0):
         self.rounds.append(round)
         specs = self.specs(step, round=round)
-        self.engine.stats = RolloutStats(episodes=len(specs), turns=1)
         g = self.cfg.group_size
         rewards = [self.table.get(s.seed, [1.0] * g)[i % g] for i, s in enumerate(specs)]
         return [_episode(s.episode_id, s.group_id, [r]) for s, r in zip(specs, rewards, strict=True)]
@@ -81,10 +78,9 @@ def test_extra_rounds_fill_the_step_from_the_runs_seed_stream():
     run = _FakeRun(cfg, {})
     played = run.collect(0)
     # no group has signal anywhere: every round is played, then the step trains on its own episodes
-    episodes, m = dynamic_sample(run, 0, played)
+    episodes, m = dynamic_sample(run, 0, played, lambda r: run.collect(0, round=r))
     assert run.rounds == [0, 1, 2, 3] and episodes == played
     assert m == {"rollout/groups_dropped": 8.0, "rollout/groups_kept": 0.0, "rollout/resample_rounds": 3.0}
-    assert run.engine.stats.episodes == 16  # the rounds' counters summed
     # the rounds' episodes have ids, groups and seeds of their own, none a training step's or another round's
     specs = [s for r in range(4) for s in run.specs(0, round=r)]
     assert len({s.episode_id for s in specs}) == 16 and len({s.group_id for s in specs}) == 8
@@ -95,13 +91,13 @@ def test_extra_rounds_fill_the_step_from_the_runs_seed_stream():
     # one group of the second round has signal, one of the first: the step stops at the second round
     s1, s2 = (run.specs(0, round=r) for r in (1, 2))
     run = _FakeRun(cfg, {s1[2].seed: [0.0, 1.0], s2[0].seed: [1.0, 0.0]})
-    episodes, m = dynamic_sample(run, 0, run.collect(0))
+    episodes, m = dynamic_sample(run, 0, run.collect(0), lambda r: run.collect(0, round=r))
     assert run.rounds == [0, 1, 2] and m["rollout/resample_rounds"] == 2 and m["rollout/groups_dropped"] == 4
     assert [e.episode_id for e in episodes] == [s1[2].episode_id, s1[3].episode_id, s2[0].episode_id, s2[1].episode_id]
     # max_resample_rounds 0: drop only, never play more
     cfg0 = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_resample_rounds=0))
     run = _FakeRun(cfg0, {run.specs(0)[0].seed: [0.0, 1.0]})
-    episodes, m = dynamic_sample(run, 0, run.collect(0))
+    episodes, m = dynamic_sample(run, 0, run.collect(0), lambda r: run.collect(0, round=r))
     assert run.rounds == [0] and len(episodes) == 2 and m["rollout/groups_kept"] == 1
 
 
@@ -147,9 +143,10 @@ def _run(tmp_path, name, *, dynamic=True, every=3, steps=2):
     SplitSignalEnv.calls = 0
     trainer = Trainer(cfg)
     played, trained, logged = [], [], []
-    side = trainer.pipeline.side  # what the sampler side plays with (`SamplerSide`)
-    collect, learn, train_step = side.collect, trainer.learn, trainer.train_step
-    side.collect = lambda step, **kw: played.append((step, kw.get("round", 0), out := collect(step, **kw))) or out
+    pipe = trainer.pipeline  # what the sampler side plays: each step's episodes and its extra rounds
+    batch, extra, learn, train_step = pipe.batch, pipe.extra, trainer.learn, trainer.train_step
+    pipe.batch = lambda step: played.append((step, 0, out := batch(step))) or out
+    pipe.extra = lambda step, r: played.append((step, r, out := extra(step, r))) or out
     trainer.learn = lambda episodes, **kw: trained.append(episodes) or learn(episodes, **kw)
     trainer.train_step = lambda step: logged.append(m := train_step(step)) or m
     summary = trainer.run()

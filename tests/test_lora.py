@@ -100,7 +100,7 @@ def test_sampler_and_learner_see_the_adapted_model_and_the_reference_is_the_base
     tr = Trainer(cfg)
     tr.state = tr.state.replace(params=perturbed(tr.state.params, 0.3, seed=1))
     episodes = tr.collect(0)
-    batch, _ = tr.make_batch(episodes)
+    batch, _ = tr.learner.make_batch(episodes)
     mask = np.asarray(batch.loss_mask)
     assert mask.sum() > 0
     learner = _logprobs(tr.state.model(), batch)
@@ -110,7 +110,7 @@ def test_sampler_and_learner_see_the_adapted_model_and_the_reference_is_the_base
     np.testing.assert_allclose(np.asarray(batch.ref_logprobs)[mask], base[mask], atol=1e-5)
     m = tr.learn(episodes)
     assert m["logprob_diff_max"] < 2e-4 and m["kl"] > 0
-    after, _ = tr.make_batch(episodes)  # the reference's log-probs after the update: still the base model's
+    after, _ = tr.learner.make_batch(episodes)  # the reference's log-probs after the update: still the base model's
     np.testing.assert_allclose(np.asarray(after.ref_logprobs)[mask], base[mask], atol=1e-5)
 
 

@@ -69,14 +69,13 @@ def test_mcp_tool_from_the_cli_answers_in_training_and_outlives_the_pool(tmp_pat
     trainer = Trainer(cfg)
     scripted = ScriptedFirstAction(trainer.pool)
     episodes = []
-    side = trainer.pipeline.side  # what the sampler side plays with (`SamplerSide`)
-    collect = side.collect
+    batch = trainer.pipeline.batch  # each step's episodes, as the sampler side plays them
 
-    def recording_collect(step, **kwargs):
-        episodes.extend(collect(step, **kwargs))
+    def recording_batch(step):
+        episodes.extend(batch(step))
         return episodes[-cfg.episodes_per_step :]
 
-    side.collect = recording_collect
+    trainer.pipeline.batch = recording_batch
     trainer.run()
 
     assert len(scripted.answers) == 2  # one call per episode, answered by the demo server

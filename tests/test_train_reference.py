@@ -168,7 +168,7 @@ def test_trainer_advantages_and_loss_equal_a_numpy_reference(algorithm):
         assert any(e.truncated for e in episodes) and not all(e.truncated for e in episodes), [
             e.truncated for e in episodes
         ]
-    batch, _ = tr.make_batch(episodes)
+    batch, _ = tr.learner.make_batch(episodes)
     ref_adv, ref_targets = reference_advantages(algorithm, episodes, tr)
 
     adv, lmask = np.asarray(batch.advantages), np.asarray(batch.loss_mask)

@@ -10,8 +10,8 @@ model is allocated):
   penalty, the critic's values with a critic, the algorithm's advantage estimator over [episodes, turns], then
   epochs x minibatches optimizer steps, each accumulating micro-batches) on the `TrainState` the trainer builds
   for `--algorithm` (a critic for PPO, `ref_params` when `--learner.kl-coef` > 0) and the `StepInputs` it
-  uploads (one full-length episode per row, rows padded as `Trainer.pack` pads them), with the algorithm's
-  `StepSpec` (as `Trainer.step_spec`). `--algorithm` takes several registered algorithms, or `all`: one
+  uploads (one full-length episode per row, rows padded as `Learner.pack` pads them), with the algorithm's
+  `StepSpec` (as `Learner.step_spec`). `--algorithm` takes several registered algorithms, or `all`: one
   `update` per algorithm, each row naming it;
 - `extend` / `decode`: the rollout engine's `SlotEngine` programs for `--slots` slots of `--tokens` positions,
   every slot taking part and attending the whole slot (the largest shapes the engine compiles).
@@ -214,7 +214,7 @@ def abstract_train_state(
 
 def step_rows(cfg: AotConfig, mesh) -> int:
     """Rows of `episodes` full-length episodes, one each, padded to a power-of-two multiple of minibatches x
-    (micro-batch size or data*fsdp), as `Trainer.pack` pads them."""
+    (micro-batch size or data*fsdp), as `Learner.pack` pads them."""
     d = cfg.learner.minibatches * (cfg.learner.micro_batch_size or batch_axis_size(mesh))
     return (1 << max(0, (math.ceil(cfg.episodes / d) - 1).bit_length())) * d
 
@@ -222,7 +222,7 @@ def step_rows(cfg: AotConfig, mesh) -> int:
 def step_inputs(cfg: AotConfig, mesh, *, critic: bool) -> StepInputs:
     """The `StepInputs` the trainer uploads, as ShapeDtypeStructs sharded by rows (`shard_batch`): [rows, tokens]
     token arrays; [E, K] per-turn arrays, E the episodes padded to a multiple of data*fsdp and K the turns padded
-    to a power of two (as `Trainer.pack`); with a critic its value mask and bootstrap rows."""
+    to a power of two (as `Learner.pack`); with a critic its value mask and bootstrap rows."""
     B, T = step_rows(cfg, mesh), cfg.tokens
     n = batch_axis_size(mesh)
     E = -(-cfg.episodes // n) * n
@@ -318,7 +318,7 @@ def measure_update(cfg: AotConfig, algo: Algorithm, mcfg: ModelConfig, mesh, chi
     M, n, r = _micro_layout(sb, lcfg, mesh)
     steps = lcfg.epochs * M * n
     rows = sb.tokens.shape[0]
-    with jax.set_mesh(mesh):  # as the trainer traces it (jgem.train.run.Run.on_mesh)
+    with jax.set_mesh(mesh):  # as the trainer traces it (jgem.train.learn.on_mesh)
         lowered = train_step.lower(
             state, sb, StepSpec.of(algo, gamma=cfg.gamma, lam=cfg.lam, kl_coef=cfg.learner.kl_coef)
         )

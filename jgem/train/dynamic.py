@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from jgem.rollout.engine import RolloutStats
 from jgem.rollout.episode import Episode
 from jgem.sharding.mesh import process_max
 
@@ -75,30 +74,21 @@ class GroupFilter:
 
 
 def dynamic_sample(
-    run: SamplerSide, step: int, episodes: list[Episode], play: Callable[[int], list[Episode]] | None = None
+    run: SamplerSide, step: int, episodes: list[Episode], play: Callable[[int], list[Episode]]
 ) -> tuple[list[Episode], dict[str, float]]:
     """Step `step`'s training episodes from its played `episodes` (round 0): groups without signal dropped, extra
     rounds played while any process misses groups (every process plays a round together: the engine runs in
     lockstep), at most `rollout.max_resample_rounds`. With no group kept at all, the step trains on its own episodes,
-    as without dynamic sampling. `run`: the sampler side (its config, engine, mesh and `collect`). `play(r)`: round
-    r's episodes (a pipeline's, `jgem.train.pipeline`); by default `run.collect(step, round=r)`, and
-    `run.engine.stats` becomes the sum over the rounds. Metrics:
+    as without dynamic sampling. `run`: the sampler side (its config and mesh). `play(r)`: round r's episodes (the
+    pipeline's, `jgem.train.pipeline`, whose engine counts their work with the step's). Metrics:
     rollout/groups_dropped, rollout/groups_kept (trained), rollout/resample_rounds."""
     cfg = run.cfg
     found = GroupFilter(cfg.episodes_per_step // cfg.group_size, cfg.gamma)
     found.add(episodes)
-    stats = dataclasses.replace(run.engine.stats)
     rounds = 0
     while rounds < cfg.rollout.max_resample_rounds and process_max([found.missing], run.rollout_mesh)[0] > 0:
         rounds += 1
-        if play is not None:  # the engine's stats keep counting across calls
-            found.add(play(rounds))
-            continue
-        found.add(run.collect(step, round=rounds))
-        for f in dataclasses.fields(RolloutStats):
-            setattr(stats, f.name, getattr(stats, f.name) + getattr(run.engine.stats, f.name))
-    if play is None:
-        run.engine.stats = stats
+        found.add(play(rounds))
     kept = found.episodes()
     metrics = {
         "rollout/groups_dropped": float(found.dropped),

@@ -4,34 +4,90 @@ download of its metrics."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
+from jax.sharding import Mesh
 
+from jgem.algos.algorithms import Algorithm
+from jgem.algos.learner import TrainState
 from jgem.algos.step import StepInputs, StepSpec, prepare_batch, train_step
 from jgem.algos.types import TrainBatch
+from jgem.checkpoint import CheckpointConfig, Checkpointer
 from jgem.config import TrainConfig
 from jgem.rollout.batch import build_batch, pack_prompts
 from jgem.rollout.episode import Episode, turn_arrays
 from jgem.shapes import next_pow2
 from jgem.sharding.mesh import batch_axis_size, process_max
 from jgem.sharding.rules import shard_batch
-from jgem.train.run import Run
 
 
-class Learner(Run):
-    """A `Run` that updates its policy: `learn(episodes)` is one training step on them."""
+def on_mesh(mesh: Mesh, fn: Callable) -> Callable:
+    """`fn` called (and so traced) with `mesh` in context (jax.set_mesh): the model's activation constraints apply,
+    and a fused attention kernel (Pallas splash on TPU) runs per shard (shard_map)."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
-        super().__init__(cfg)
-        self._train_step = self.on_mesh(train_step)
-        self._prepare = self.on_mesh(prepare_batch)
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with jax.set_mesh(mesh):
+            return fn(*args, **kwargs)
+
+    return call
+
+
+class Learner:
+    """The learner side of a run: the `TrainState` on the learner's mesh, the update program (`learn(episodes)`: one
+    training step on them) and the checkpoints of the state (`open_checkpoints`, `save`, `restore_latest`). It
+    neither plays episodes nor knows which process plays them; `learners` are the processes that train, whose
+    episodes it numbers globally."""
+
+    def __init__(
+        self, cfg: TrainConfig, state: TrainState, mesh: Mesh, *, algorithm: Algorithm, pad_id: int, learners: list[int]
+    ) -> None:
+        self.cfg, self.state, self.mesh, self.algorithm = cfg, state, mesh, algorithm
+        self.pad_id, self.learners = pad_id, learners
+        self._train_step = on_mesh(mesh, train_step)
+        self._prepare = on_mesh(mesh, prepare_batch)
         minibatches = math.lcm(cfg.learner.minibatches, cfg.warm_start.minibatches)
-        self.batch_divisor = minibatches * (cfg.learner.micro_batch_size or batch_axis_size(self.mesh))
+        self.batch_divisor = minibatches * (cfg.learner.micro_batch_size or batch_axis_size(mesh))
         # this process's share of the [E, ...] episode arrays' shards (E is padded to a multiple of it)
-        self.episode_divisor = max(1, batch_axis_size(self.mesh) // len(self.roles.learners))
+        self.episode_divisor = max(1, batch_axis_size(mesh) // len(learners))
+        self.ckpt: Checkpointer | None = None
+
+    # -- checkpoints of the state -------------------------------------------------------------------
+
+    def open_checkpoints(self, config: CheckpointConfig, **kwargs: Any) -> Checkpointer:
+        """The checkpointer of the state (`jgem.checkpoint.Checkpointer(config, **kwargs)`), kept for `save` and
+        `restore_latest`."""
+        self.ckpt = Checkpointer(config, **kwargs)
+        return self.ckpt
+
+    def save(self, step: int, host: dict[str, Any], *, metrics: dict[str, float] | None = None) -> None:
+        """Checkpoint `step`: the state and the trainer's `host` values (`metrics` rank it, when given)."""
+        self.ckpt.save(step, self.state, host, metrics=metrics)
+
+    def restore_latest(self) -> dict[str, Any] | None:
+        """The latest checkpoint's state into `state`; its host values (None: there is none)."""
+        restored = self.ckpt.restore_latest(self.state)
+        if restored is None:
+            return None
+        self.state = restored.state
+        return restored.host
+
+    def last_checkpoint(self) -> int | None:
+        """The step of the last checkpoint, once every save has finished."""
+        self.ckpt.wait()
+        return self.ckpt.latest_step()
+
+    def close(self) -> None:
+        if self.ckpt is not None:
+            self.ckpt.close()
+            self.ckpt = None
+
+    # -- the update ---------------------------------------------------------------------------------
 
     def step_spec(self, *, sft: bool = False) -> StepSpec:
         """How the step's program turns the batch into advantages: the algorithm's estimator, or supervised."""
@@ -82,7 +138,7 @@ class Learner(Run):
         packed = build_batch(
             episodes,
             view=cfg.rollout.view,
-            pad_id=self.chat.pad_id,
+            pad_id=self.pad_id,
             buckets=cfg.batch_buckets,
             batch_divisor=self.batch_divisor,
         )
@@ -91,10 +147,10 @@ class Learner(Run):
         boot = {}
         if critic:
             cut = {i: e.next_prompt for i, e in enumerate(episodes) if e.next_prompt is not None}
-            boot = pack_prompts(cut, buckets=cfg.batch_buckets, batch_divisor=d, pad_id=self.chat.pad_id)
+            boot = pack_prompts(cut, buckets=cfg.batch_buckets, batch_divisor=d, pad_id=self.pad_id)
         K, E, rows_, T_, rows_b, T_b = process_max([K, len(episodes), *shape(packed.arrays), *shape(boot)], self.mesh)
         E = -(-E // self.episode_divisor) * self.episode_divisor
-        first = self.roles.learners.index(jax.process_index()) * E  # this process's episodes' global indices
+        first = self.learners.index(jax.process_index()) * E  # this process's episodes' global indices
         glob = lambda idx: np.where(idx >= 0, idx + first, -1).astype(np.int32)
         pad = lambda x, n, t, fill=0: np.pad(x, [(0, n - x.shape[0]), (0, t - x.shape[1])], constant_values=fill)
         names = ["tokens", "positions", "segment_ids", "loss_mask", "old_logprobs"]

@@ -17,14 +17,15 @@ import jax
 import numpy as np
 
 from jgem.algos.step import train_step
-from jgem.checkpoint import CheckpointConfig, Checkpointer
+from jgem.checkpoint import CheckpointConfig
 from jgem.config import TrainConfig
 from jgem.metrics import MetricsLogger, Timer, WandbWriter, plot_curves
 from jgem.sharding.mesh import RUN, log_to_run_dir, replicated
 from jgem.train.evaluate import eval_metrics
-from jgem.train.learn import Learner, check_finite_loss
-from jgem.train.pipeline import NoSampler, Pipeline, SyncPipeline
+from jgem.train.learn import check_finite_loss
+from jgem.train.pipeline import NoSampler, Pipeline
 from jgem.train.progress import CONSOLE_KEYS, Progress, curve_keys
+from jgem.train.run import Run
 from jgem.train.side import SamplerSide
 from jgem.train.transport import make_transport
 from jgem.train.warm_start import warm_start
@@ -53,10 +54,10 @@ RESUMABLE_FIELDS = (
 )
 
 
-class Trainer(Learner):
+class Trainer(Run):
     """Builds everything a run needs from a `TrainConfig`; `run()` trains and returns the final summary.
 
-    Assembled once from the run's parts: the learner (this object's `Learner` side: the state, the update program),
+    Assembled once from the run's parts: the learner (`Run.learner`: the state, the update program, its checkpoints),
     the sampler side (`pipeline`: the engine as producer, `jgem.train.pipeline`; a role split's learner process has
     none), and the transport between them (`jgem.train.transport`: one mesh, split meshes, or a role split's
     processes). `train_step` is written once against them."""
@@ -66,10 +67,7 @@ class Trainer(Learner):
         # HOST_KEYS: the step to resume at, episodes played so far, whether the warm start is behind us
         self.host: dict[str, Any] = {"step": 0, "episodes": 0, "warm_start_done": cfg.warm_start.steps == 0}
         self.transport = make_transport(self.roles, self.sync_sampler, split_meshes=self.publisher is not None)
-        self.pipeline: Pipeline | SyncPipeline | NoSampler = NoSampler()
-        if self.transport.samples:
-            side = self.sampler_side()
-            self.pipeline = SyncPipeline(side) if cfg.pipeline.mode == "sync" else Pipeline(side)
+        self.pipeline: Pipeline | NoSampler = Pipeline(self.sampler_side()) if self.transport.samples else NoSampler()
 
     def sampler_side(self) -> SamplerSide:
         """What the pipeline and dynamic sampling use of this run (`SamplerSide`)."""
@@ -80,7 +78,6 @@ class Trainer(Learner):
             specs=self.specs,
             horizon=self.horizon,
             stage=self.curriculum.stage,
-            collect=self.collect,
             policy=self.policy,
             snapshot=self.snapshot,
             publisher=self.publisher,
@@ -92,19 +89,19 @@ class Trainer(Learner):
         cfg = self.cfg
         log_to_run_dir(self.run_dir)  # several processes: XLA's own messages and tracebacks to a log file
         RUN.checkpoints = self.run_dir / "checkpoints"  # what a process that stops tells the user to resume from
-        ckpt, logger, progress = self._open_outputs()
+        logger, progress = self._open_outputs()
         summary: dict[str, Any] = {}
         t_start = time.perf_counter()
         last_checkpoint = None
         try:
             RUN.doing = "while resuming" if cfg.resume else "while starting"
-            if not self._resume(ckpt, logger, progress) and cfg.eval_every and cfg.eval_at_start:
+            if not self._resume(logger, progress) and cfg.eval_every and cfg.eval_at_start:
                 RUN.doing = "in the evaluation at the start"
                 summary["initial_eval"] = self._evaluate(0, "random init", progress)
                 logger.log(-cfg.warm_start.steps if not self.host["warm_start_done"] else 0, summary["initial_eval"])
             if not self.host["warm_start_done"]:
                 RUN.doing = "in the warm start"
-                summary |= self._warm_phase(ckpt, logger, progress)
+                summary |= self._warm_phase(logger, progress)
             last_eval = summary.get("warm_start_eval", summary.get("initial_eval", {}))
             progress.start("train", cfg.steps, self.host["step"])
             self.pipeline.start(self.host["step"])
@@ -126,12 +123,12 @@ class Trainer(Learner):
                     RUN.doing = f"while saving checkpoint {step + 1}"
                     self.pipeline.save(step + 1)
                     self.transport.samplers_done("saved")  # the learners save once every pipeline file is written
-                    if ckpt:
-                        ckpt.save(step + 1, self.state, self.host, metrics=metrics if evaluated else None)
+                    kept = metrics if evaluated else None  # an evaluated checkpoint is ranked by its metrics
+                    self.transport.from_learners(None, partial(self.learner.save, step + 1, self.host, metrics=kept))
                     self.pipeline.prune(self.run_dir / "checkpoints")
             progress.stop()
             RUN.doing = "while finishing"
-            last_checkpoint = self._last_checkpoint(ckpt)
+            last_checkpoint = self.transport.from_learners("checkpoint", self.learner.last_checkpoint)
             summary |= {"final_eval": last_eval, "params_sha256": self._digest(), "steps": cfg.steps}
             summary["last_checkpoint"] = last_checkpoint  # the end note's (a role split's samplers learn it)
             logger.close()
@@ -141,8 +138,6 @@ class Trainer(Learner):
                 summary["plot"] = str(curves)
         finally:
             progress.stop()
-            if ckpt:
-                ckpt.close()
             logger.close()
             self.close()
         if jax.process_index() == 0:
@@ -176,20 +171,13 @@ class Trainer(Learner):
         )
         return metrics
 
-    def _last_checkpoint(self, ckpt: Checkpointer | None) -> int | None:
-        """The step of the run's last checkpoint, once every save has finished (in a role split the samplers, which
-        save none, learn it from the first learner: the directory as a sampler sees it may lack saves still being
-        written)."""
-
-        def last() -> int | None:
-            ckpt.wait()
-            return ckpt.latest_step()
-
-        return self.transport.from_learners("checkpoint", last)
-
     def _digest(self) -> str:
         """`params_digest` of the params the run ends with, worked out by the learners over their own devices."""
         return self.transport.from_learners("digest", lambda: params_digest(self.state.params, self.mesh))
+
+    def learn(self, episodes, **kwargs) -> dict[str, float]:
+        """`Learner.learn` (the update), through which the step trains (a subclass may watch it)."""
+        return self.learner.learn(episodes, **kwargs)
 
     def warm_start(self, log) -> None:
         """The supervised warm start (`jgem.train.warm_start`), `log(step, metrics)` after each of its steps."""
@@ -208,15 +196,15 @@ class Trainer(Learner):
 
     # -- the loop's parts ---------------------------------------------------------------------------
 
-    def _open_outputs(self) -> tuple[Checkpointer | None, MetricsLogger, Progress]:
-        """The run's checkpointer (None on a role split's sampler processes: the learners' save the state),
-        metrics logger and progress display (and its start note, where they write)."""
+    def _open_outputs(self) -> tuple[MetricsLogger, Progress]:
+        """The learner's checkpointer (on the learners' processes: they save the state), the run's metrics logger
+        and progress display (and its start note, where they write)."""
         self.transport.check_checkpoints()
         cfg, primary = self.cfg, jax.process_index() == 0
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        ckpt = self.transport.from_learners(
+        self.transport.from_learners(
             None,
-            lambda: Checkpointer(
+            lambda: self.learner.open_checkpoints(
                 CheckpointConfig(
                     str(self.run_dir / "checkpoints"),
                     keep_last=cfg.keep_checkpoints,
@@ -253,21 +241,14 @@ class Trainer(Learner):
             writers=writers,
         )
         progress.print(self._outputs_note(bool(writers)), markup=False)
-        return ckpt, logger, progress
+        return logger, progress
 
-    def _resume(self, ckpt: Checkpointer | None, logger: MetricsLogger, progress: Progress) -> bool:
+    def _resume(self, logger: MetricsLogger, progress: Progress) -> bool:
         """Restore the latest checkpoint (with `cfg.resume`); whether there was one. A fresh run writes its
         config.json. Either way the logger rewinds to where the run stands: one log line per step, the warm start
         at steps 1 - W .. 0, the initial evaluation before it at -W. In a role split the learners restore the
         state and tell the samplers the host state; the publication brings the samplers the params."""
-
-        def restore() -> dict[str, Any] | None:
-            restored = ckpt.restore_latest(self.state) if self.cfg.resume else None
-            if restored is None:
-                return None
-            self.state = restored.state
-            return restored.host
-
+        restore = self.learner.restore_latest if self.cfg.resume else lambda: None
         host = self.transport.from_learners("resume", restore)
         if host is None:
             logger.rewind(-self.cfg.warm_start.steps - 1)
@@ -280,7 +261,7 @@ class Trainer(Learner):
         progress.note(f"resumed from step {self.host['step']} in {self.run_dir / 'checkpoints'}", markup=False)
         return True
 
-    def _warm_phase(self, ckpt: Checkpointer | None, logger: MetricsLogger, progress: Progress) -> dict[str, Any]:
+    def _warm_phase(self, logger: MetricsLogger, progress: Progress) -> dict[str, Any]:
         """The warm start, its evaluation and its checkpoint (step 0)."""
         progress.start("warm start", self.cfg.warm_start.steps)
 
@@ -294,8 +275,7 @@ class Trainer(Learner):
         if self.cfg.eval_every:
             out["warm_start_eval"] = self._evaluate(0, "after the warm start", progress)
             logger.log(0, out["warm_start_eval"])
-        if ckpt:
-            ckpt.save(0, self.state, self.host, metrics=out.get("warm_start_eval"))
+        self.transport.from_learners(None, lambda: self.learner.save(0, self.host, metrics=out.get("warm_start_eval")))
         return out
 
     def _evaluate(self, step: int, what: str, progress: Progress) -> dict[str, float]:

@@ -1,5 +1,5 @@
 """The pipeline: the rollout engine as a producer that is never drained at a step boundary, the learner as its
-consumer (`--pipeline.mode off_policy | async | stream`; `sync` is `SyncPipeline`: `Run.collect`, nothing ahead).
+consumer (`--pipeline.mode sync | off_policy | async | stream`; sync is the same pipeline with nothing ahead).
 
 Policy versions count RL updates: the learner at step s holds version s. Step s's episodes are the same
 `Run.specs(s)` as in a synchronous run, their tokens drawn from stream 2s of the run's key, so they are those a
@@ -103,84 +103,6 @@ class RolloutBatch:
     metrics: dict[str, float]
 
 
-class SyncPipeline:
-    """`--pipeline.mode sync`: step s's episodes are `Run.collect(s)`, played to their end by the learner's policy,
-    so nothing is in flight between steps: nothing to drain, save or restore, and no pipeline file beside the
-    checkpoints. The base of `Pipeline`, whose producer runs ahead."""
-
-    mode = "sync"
-
-    def __init__(self, side: SamplerSide) -> None:
-        self.side = side
-        self.staleness = Staleness.of(side.cfg)
-        self.during_update = 0  # split meshes: action tokens sampled while the last update ran (`meanwhile`)
-
-    @property
-    def engine(self) -> RolloutEngine:
-        return self.side.engine
-
-    def step(self, step: int) -> RolloutBatch:
-        """Step `step`'s episodes: played (`batch`), with dynamic sampling the groups without signal dropped and
-        more played (`rounds`), their staleness measured."""
-        cfg = self.side.cfg
-        played = episodes = self.batch(step)
-        metrics = {}
-        if cfg.rollout.dynamic_sampling:
-            episodes, metrics = dynamic_sample(self.side, step, played, self.rounds(step))
-        return RolloutBatch(played, episodes, metrics | self.staleness.measure(episodes, step))
-
-    def metrics(self, batch: RolloutBatch, step: int) -> dict[str, float]:
-        """The sampler side's metrics of step `step` (after its update): its episodes', the engine's counters, the
-        horizon and the curriculum's stage, the pool's faults, split meshes' publication."""
-        side = self.side
-        out = episode_metrics(batch.played, "rollout") | side.engine.stats.as_metrics() | batch.metrics
-        out |= {
-            "rollout/max_turns": float(side.horizon(step)),  # the env's limit, or the curriculum's below it
-            "curriculum/stage": float(side.stage(step)),
-            "compile/rollout": float(side.engine.num_compilations),
-            "pool/faults_total": float(side.pool.num_faults),
-        }
-        if side.publisher is not None:  # split meshes: the update's publication to the sampler's devices
-            out |= {
-                "pipeline/publish_bytes": float(side.publisher.bytes),
-                "pipeline/publish_s": side.publisher.seconds,
-                "pipeline/tokens_during_update": float(self.during_update),  # played while the learner updated
-            }
-        return out
-
-    def start(self, step: int) -> None:
-        """Begin at `step` (a fresh run's first step, or where a resume left off)."""
-
-    def batch(self, step: int) -> list[Episode]:
-        return self.side.collect(step)
-
-    def rounds(self, step: int) -> Callable[[int], list[Episode]] | None:
-        """Dynamic sampling's `play(round)` for step `step` (`jgem.train.dynamic.dynamic_sample`); None: it plays
-        the extra rounds with `Run.collect` (and sums the engine's stats)."""
-        return None
-
-    def before_update(self, step: int) -> None:
-        pass
-
-    def meanwhile(self, step: int, update_done: Callable[[], bool]) -> None:
-        pass
-
-    def after_update(self, step: int) -> None:
-        pass
-
-    def drain(self, step: int) -> None:
-        pass
-
-    def save(self, step: int) -> None:
-        pass
-
-    def prune(self, checkpoints: Path) -> None:
-        pass
-
-    def restore(self, step: int) -> None:
-        pass
-
-
 class NoSampler:
     """The sampler side of a role split's learner process: it plays nothing (its episodes come from the samplers'
     processes, `jgem.train.transport.ProcessSplit`) and reports no rollout metrics."""
@@ -206,20 +128,57 @@ class NoSampler:
         pass
 
 
-class Pipeline(SyncPipeline):
-    """Producer and consumer of one run (module docstring). `batch(step)` is step `step`'s episodes;
-    `before_update` / `after_update` bracket the learner's update of that step."""
+class Pipeline:
+    """Producer and consumer of one run (module docstring): `step(s)` is step s's episodes as the trainer takes them
+    (`batch`, dynamic sampling's `extra` rounds, their staleness); `before_update` / `meanwhile` / `after_update`
+    bracket the learner's update of that step; `drain`, `save`, `restore` serve evaluations and checkpoints. sync is
+    the pipeline with nothing ahead: the same path, the same programs on the same episodes as off_policy lag 0."""
 
     def __init__(self, side: SamplerSide) -> None:
-        self.mode = side.cfg.pipeline.mode
-        super().__init__(side)
+        self.side = side
         self.cfg = side.cfg.pipeline
+        self.mode = self.cfg.mode
+        self.staleness = Staleness.of(side.cfg)
         self.key = jax.random.key(side.cfg.seed)  # step s draws from stream 2s: fold_in(key, 2s), as `Run.collect`
         self.next_submit = 0  # the first step not submitted yet
         self.kept: dict[int, Any] = {}  # off_policy: version -> params still playing in-flight episodes
+        self.during_update = 0  # split meshes: action tokens sampled while the last update ran (`meanwhile`)
         self.drained: RolloutStats | None = None  # the last drain's work, reported with the next step
         # stream: step -> group id -> its episode ids, submitted and not trained yet (submission order)
         self.untrained: dict[int, dict[int, list[int]]] = {}
+
+    @property
+    def engine(self) -> RolloutEngine:
+        return self.side.engine
+
+    def step(self, step: int) -> RolloutBatch:
+        """Step `step`'s episodes: played (`batch`), with dynamic sampling the groups without signal dropped and
+        more played (`extra`), their staleness measured."""
+        cfg = self.side.cfg
+        played = episodes = self.batch(step)
+        metrics = {}
+        if cfg.rollout.dynamic_sampling:
+            episodes, metrics = dynamic_sample(self.side, step, played, lambda r: self.extra(step, r))
+        return RolloutBatch(played, episodes, metrics | self.staleness.measure(episodes, step))
+
+    def metrics(self, batch: RolloutBatch, step: int) -> dict[str, float]:
+        """The sampler side's metrics of step `step` (after its update): its episodes', the engine's counters, the
+        horizon and the curriculum's stage, the pool's faults, split meshes' publication."""
+        side = self.side
+        out = episode_metrics(batch.played, "rollout") | side.engine.stats.as_metrics() | batch.metrics
+        out |= {
+            "rollout/max_turns": float(side.horizon(step)),  # the env's limit, or the curriculum's below it
+            "curriculum/stage": float(side.stage(step)),
+            "compile/rollout": float(side.engine.num_compilations),
+            "pool/faults_total": float(side.pool.num_faults),
+        }
+        if side.publisher is not None:  # split meshes: the update's publication to the sampler's devices
+            out |= {
+                "pipeline/publish_bytes": float(side.publisher.bytes),
+                "pipeline/publish_s": side.publisher.seconds,
+                "pipeline/tokens_during_update": float(self.during_update),  # played while the learner updated
+            }
+        return out
 
     def start(self, step: int) -> None:
         """Begin at `step` (a fresh run's first step, or where a resume left off)."""
@@ -244,9 +203,6 @@ class Pipeline(SyncPipeline):
         ids = [e.episode_id for e in side.specs(step)]
         self.engine.run(self.models(step), until=lambda: self.engine.finished(ids, stream=2 * step))
         return self.engine.take(ids, stream=2 * step)
-
-    def rounds(self, step: int) -> Callable[[int], list[Episode]]:
-        return lambda r: self.extra(step, r)
 
     def extra(self, step: int, round: int) -> list[Episode]:
         """Dynamic sampling's extra `round` of step `step`, played by the learner's policy (version `step`, in every
@@ -354,7 +310,9 @@ class Pipeline(SyncPipeline):
 
     def save(self, step: int) -> None:
         """After `drain`, before checkpoint `step` is saved: the finished episodes of the steps ahead of it, per
-        process (written whole, then renamed)."""
+        process (written whole, then renamed). Nothing runs ahead in sync (or with a bound of 0): no file."""
+        if not self.staleness.ahead:
+            return
         pending = {s: self.engine.take(ids, stream=2 * s) for s, ids in self._pending_ids(step).items()}
         for s, eps in pending.items():  # still the engine's until they are trained
             self.engine.put_back(eps, stream=2 * s)
@@ -374,6 +332,8 @@ class Pipeline(SyncPipeline):
 
     def restore(self, step: int) -> None:
         """The pending episodes saved with checkpoint `step` back into the engine; submission goes on after them."""
+        if not self.staleness.ahead:
+            return
         f = self.path(step)
         mesh = self.side.rollout_mesh
         if step == 0 and not process_max([f.exists()], mesh)[0]:

@@ -11,7 +11,6 @@ reading the optimizer's share of the checkpoint).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import logging
 from collections.abc import Callable
@@ -50,6 +49,7 @@ from jgem.rollout.views import first_prompt
 from jgem.sharding.mesh import split_meshes
 from jgem.sharding.publish import Publisher
 from jgem.sharding.rules import tree_shardings
+from jgem.train.learn import Learner
 from jgem.train.roles import Roles
 
 EVAL_SEED_OFFSET = 1_000_000_000  # eval seeds never overlap training seeds
@@ -119,7 +119,7 @@ class Run:
         # With a KL penalty, the state carries the frozen reference policy: the policy RL starts from (the
         # initial one, or the warm-started one after a warm start); checkpoints keep it, so resume is exact.
         # An algorithm with kl="reward" (REINFORCE++) folds its KL penalty into the rewards, so its loss has none
-        self.state: TrainState = init_train_state(
+        state = init_train_state(
             model,
             self.algorithm.learner(cfg.learner),
             self.mesh,
@@ -127,6 +127,10 @@ class Run:
             seed=cfg.seed,
             reference=optimizer and cfg.learner.kl_coef > 0,
             optimizer=optimizer,
+        )
+        # the learner side: the state, the update program, the state's checkpoints
+        self.learner = Learner(
+            cfg, state, self.mesh, algorithm=self.algorithm, pad_id=self.chat.pad_id, learners=self.roles.learners
         )
         # split meshes: the sampler's own copy of the policy on its devices, published after each update
         self.publisher = Publisher(self.mesh, self.rollout_mesh) if self.rollout_mesh is not self.mesh else None
@@ -148,6 +152,15 @@ class Run:
             self.engine = RolloutEngine(
                 self.model_cfg, self.pool, self.chat, cfg.rollout, env_name=cfg.env.env_id, mesh=self.rollout_mesh
             )
+
+    @property
+    def state(self) -> TrainState:
+        """The learner's state (`Learner.state`)."""
+        return self.learner.state
+
+    @state.setter
+    def state(self, state: TrainState) -> None:
+        self.learner.state = state
 
     def _make_pool(self, env: EnvConfig) -> EnvPool:
         """The pool of `env`'s envs, each wrapped in the run's tools and chat-view wrappers."""
@@ -209,17 +222,6 @@ class Run:
             self._shardings[name] = tree_shardings(getattr(self.state, name), self.rollout_mesh, self.state.rules)
         return self._shardings[name]
 
-    def on_mesh(self, fn: Callable) -> Callable:
-        """`fn` called (and so traced) with the run's mesh in context (jax.set_mesh): the model's activation
-        constraints apply, and a fused attention kernel (Pallas splash on TPU) runs per shard (shard_map)."""
-
-        @functools.wraps(fn)
-        def call(*args, **kwargs):
-            with jax.set_mesh(self.mesh):
-                return fn(*args, **kwargs)
-
-        return call
-
     def specs(self, step: int, *, eval: bool = False, round: int = 0) -> list[EpisodeSpec]:
         """The episodes of a step: groups of `group_size` episodes share a seed (one start state). `round` r > 0:
         dynamic sampling's r-th extra round of the step (`jgem.train.dynamic`), whose ids, groups and seeds follow
@@ -273,6 +275,7 @@ class Run:
         self.sync_sampler(full=True)
 
     def close(self) -> None:
+        self.learner.close()
         if self.pool is not None:
             self.pool.close()
 

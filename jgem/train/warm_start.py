@@ -19,16 +19,18 @@ from jgem.rollout.engine import EpisodeSpec
 from jgem.rollout.scripted import scripted_episodes
 from jgem.train.evaluate import episode_metrics
 from jgem.train.learn import Learner, check_finite_loss
+from jgem.train.run import Run
 from jgem.train.transport import InProcess
 
 TEACHER_SEED_OFFSET = 3 * 10**9  # the teacher's games never share a seed with RL's or evaluation's
 
 
-def warm_start(learner: Learner, transport: InProcess, log: Callable[[int, dict[str, float]], None]) -> None:
-    """`cfg.warm_start.steps` supervised steps on `learner`, each logged by `log(step, metrics)` at the run's
+def warm_start(run: Run, transport: InProcess, log: Callable[[int, dict[str, float]], None]) -> None:
+    """`cfg.warm_start.steps` supervised steps of `run`'s learner, each logged by `log(step, metrics)` at the run's
     steps 1 - W .. 0 on every process (`transport`: in a role split the learners' processes train and the first
     sends each step's metrics to the samplers'); the sampler gets the warm-started policy at the end."""
-    ws = learner.cfg.warm_start
+    learner = run.learner
+    ws = run.cfg.warm_start
     rl_cfg = learner.state.cfg
     sft_cfg = dataclasses.replace(
         rl_cfg,
@@ -46,7 +48,7 @@ def warm_start(learner: Learner, transport: InProcess, log: Callable[[int, dict[
     critic = {k: getattr(learner.state, k) for k in ("critic_params", "critic_opt_state", "critic_state")}
     transport.from_learners(None, lambda: _set_state(learner, cfg=sft_cfg, **dict.fromkeys(critic)))
     for s in range(ws.steps):
-        log(s + 1 - ws.steps, transport.from_learners("warm", lambda s=s: _teacher_step(learner, s)))
+        log(s + 1 - ws.steps, transport.from_learners("warm", lambda s=s: _teacher_step(run, s)))
     transport.from_learners(None, lambda: _finish(learner, rl_cfg, critic))
     transport.publish()
 
@@ -55,20 +57,20 @@ def _set_state(learner: Learner, **fields) -> None:
     learner.state = learner.state.replace(**fields)
 
 
-def _teacher_step(learner: Learner, s: int) -> dict[str, float]:
+def _teacher_step(run: Run, s: int) -> dict[str, float]:
     """Warm-start step `s` on a learner's process: its share of the teacher's games (numbered over all processes, as
     `Run.specs` numbers RL's; they need no model), one supervised update; the step's metrics."""
-    cfg = learner.cfg
+    cfg = run.cfg
     ws = cfg.warm_start
     n, procs = ws.episodes_per_step, jax.process_count()
-    first, count = learner.roles.share(n, side="learner")
+    first, count = run.roles.share(n, side="learner")
     specs = [EpisodeSpec(i, i, TEACHER_SEED_OFFSET + s * n * procs + i) for i in range(first, first + count)]
     eps = scripted_episodes(
         cfg.env.env_id,
         specs,
-        learner.chat,
+        run.chat,
         view=cfg.rollout.view,
-        max_turns=learner.curriculum.max_turns(0),
+        max_turns=run.curriculum.max_turns(0),
         epsilon=ws.epsilon,
         teacher=ws.teacher,
         seed=s,
@@ -76,7 +78,7 @@ def _teacher_step(learner: Learner, s: int) -> dict[str, float]:
         system_prompt=cfg.env.system_prompt,
         wrappers=tool_wrapper(cfg.env),
     )
-    m = learner.learn(eps, sft=True)  # the sampler needs only the warm start's end
+    m = run.learner.learn(eps, sft=True)  # the sampler needs only the warm start's end
     check_finite_loss(m["loss"], s, eps, what="warm-start loss")
     return {"warm/step": s + 1, "warm/loss": m["loss"], **episode_metrics(eps, "warm/teacher")}
 

@@ -148,7 +148,7 @@ def test_trainer_gspo_cispo_loss_equals_numpy(algorithm):
     assert (tr.cfg.learner.clip_low, tr.cfg.learner.clip_high, tr.cfg.group_size) == (lo, hi, 4)
     assert tr.state.cfg.policy_loss == algorithm
     episodes = [e for e in played if e.fault is None and e.num_turns > 0]
-    batch, _ = tr.make_batch(episodes)
+    batch, _ = tr.learner.make_batch(episodes)
     ref_adv, _ = reference_advantages("grpo", episodes, tr)
     assert max(np.abs(a).max() for a in ref_adv) > 0.1, "some group must have returns that differ"
     adv = np.asarray(batch.advantages)
