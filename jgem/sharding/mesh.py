@@ -283,10 +283,11 @@ def _still(seconds: float) -> list[int]:
 
 def dead_processes() -> list[int]:
     """The other processes that are gone, as this process's beat thread reads the coordinator (`_beat`): waits
-    until every other process's counter has either moved since the call or stood still over `STILL_BEATS` beats (at
-    most that long, and three beats more). Where the coordinator stops answering meanwhile (process 0, which hosts it,
-    left: on jax's fatal error for the lost process, say), those whose counter had stood still over 1.5 beats by
-    then, else [0]."""
+    until every other process's counter has either moved well after the call (a live one's moves every beat; a dead
+    one's last beat may still be read just after the call) or stood still over `STILL_BEATS` beats, at most that
+    long and three beats more. Where the coordinator stops answering meanwhile (process 0, which hosts it, left: on
+    jax's fatal error for the lost process, say), those whose counter had stood still over 1.5 beats by then, else
+    [0]."""
     me, n, t = jax.process_index(), jax.process_count(), time.monotonic()
     # a dead one's last beat may be read up to a beat after the call, its standing still a beat after the limit
     deadline = t + (STILL_BEATS + 3) * BEAT_S
@@ -295,9 +296,9 @@ def dead_processes() -> list[int]:
         if RUN.read_at is None or now - RUN.read_at > 2.5 * BEAT_S:  # the coordinator does not answer
             return (_still(1.5 * BEAT_S) or [0]) if me != 0 else []
         dead = _still(STILL_BEATS * BEAT_S)
-        moved = {i for i, (_, changed) in RUN.beats.items() if changed >= t}
+        alive = {i for i, (_, changed) in RUN.beats.items() if changed > t + 1.5 * BEAT_S}
         others = {i for i in range(n) if i != me and i not in RUN.stopping}
-        if now > deadline or (dead and others <= moved | set(dead)):
+        if now > deadline or others <= alive | set(dead):
             return dead
         time.sleep(BEAT_S / 4)
 
