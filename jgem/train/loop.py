@@ -28,7 +28,7 @@ from jgem.train.progress import CONSOLE_KEYS, Progress, curve_keys
 from jgem.train.run import Run
 from jgem.train.side import SamplerSide
 from jgem.train.transport import make_transport
-from jgem.train.warm_start import warm_start
+from jgem.train.warm_start import Teacher, warm_start
 
 # The trainer's host state in every checkpoint (beside the run config): all a resume needs besides the device state
 HOST_KEYS = ("step", "episodes", "warm_start_done")
@@ -181,7 +181,9 @@ class Trainer(Run):
 
     def warm_start(self, log) -> None:
         """The supervised warm start (`jgem.train.warm_start`), `log(step, metrics)` after each of its steps."""
-        warm_start(self, self.transport, log)
+        share = partial(self.roles.share, side="learner")
+        teacher = Teacher(self.cfg, self.chat, self.curriculum.max_turns(0), share)
+        warm_start(self.learner, teacher, self.transport, log)
         self.host["warm_start_done"] = True
 
     def evaluate(self, step: int) -> dict[str, float]:
