@@ -246,6 +246,12 @@ class PipelineConfig:
     """async, on publication: keep the keys and values an in-flight episode computed under the old policy, or
     recompute them (prefill its stream again under the new one)"""
 
+    @property
+    def ahead(self) -> int:
+        """How many steps the producer may submit ahead of the learner: sync none, off_policy `lag`, async and
+        stream `max_staleness` (`jgem.train.pipeline.Staleness`)."""
+        return {"sync": 0, "off_policy": self.lag}.get(self.mode, self.max_staleness)
+
     def errors(self, name: FieldName = str) -> list[str]:
         """An unknown mode or stale_kv, a lag or staleness that is not an integer >= 0."""
         errors = []
@@ -509,7 +515,7 @@ def pipeline_warnings(cfg: TrainConfig, name: Any = _plain) -> list[str]:
     (the engine's slots) than a step's episodes, which hold every slot, so little or nothing plays ahead."""
     pipe = cfg.pipeline
     knob = "pipeline.lag" if pipe.mode == "off_policy" else "pipeline.max_staleness"
-    ahead = {"off_policy": pipe.lag, "async": pipe.max_staleness, "stream": pipe.max_staleness}.get(pipe.mode, 0)
+    ahead = pipe.ahead
     envs, episodes = cfg.env.num_envs, cfg.episodes_per_step
     if not (isinstance(ahead, int) and ahead > 0 and envs < episodes):
         return []

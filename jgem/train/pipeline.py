@@ -73,9 +73,7 @@ class Staleness:
 
     @classmethod
     def of(cls, cfg: TrainConfig) -> Staleness:
-        p = cfg.pipeline
-        ahead = {"sync": 0, "off_policy": p.lag}.get(p.mode, p.max_staleness)
-        return cls(p.mode, ahead, cfg.steps)
+        return cls(cfg.pipeline.mode, cfg.pipeline.ahead, cfg.steps)
 
     def submit_through(self, step: int) -> int:
         """The last step to submit while the learner is at step `step`."""
