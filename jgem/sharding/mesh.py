@@ -268,16 +268,17 @@ def _beat() -> None:
 STILL_BEATS = 2.5  # a counter that stood still over this many beats belongs to a process that is gone
 
 
-def _still(seconds: float) -> list[int]:
-    """The other processes (not stopping) whose counter stood still over `seconds` at the last read of the
-    coordinator (its last change may have been read after a process died: a beat written just before)."""
+def _still(seconds: float, *, stopping: bool = False) -> list[int]:
+    """The other processes whose counter stood still over `seconds` at the last read of the coordinator (its last
+    change may have been read after a process died: a beat written just before); those that said they stop too when
+    `stopping`."""
     me, at = jax.process_index(), RUN.read_at
     if at is None:
         return []
     return [
         i
         for i, (_, changed) in sorted(RUN.beats.items())
-        if i != me and i not in RUN.stopping and at - changed > seconds
+        if i != me and (stopping or i not in RUN.stopping) and at - changed > seconds
     ]
 
 
@@ -442,21 +443,14 @@ def _watchdog(seconds: float) -> None:
 
 
 def _wait_for_the_others() -> None:
-    """Process 0, which hosts the coordinator, stopping: until every other process is gone (its beat stands still
-    over 2.5 beats), at most `EXIT_GRACE_S`: they read the posted reason meanwhile, and none is cut off from the
-    coordinator before it has said why it stops."""
-    client, n, deadline = _client(), jax.process_count(), time.monotonic() + EXIT_GRACE_S
-    beats: dict[str, tuple[str, float]] = {}
+    """Process 0, which hosts the coordinator, stopping: until every other process is gone (its beat stood still
+    over `STILL_BEATS` beats, as the beat thread last read it), at most `EXIT_GRACE_S`: they read the posted reason
+    meanwhile, and none is cut off from the coordinator before it has said why it stops."""
+    others, deadline = set(range(1, jax.process_count())), time.monotonic() + EXIT_GRACE_S
     while time.monotonic() < deadline:
-        try:
-            now, alive = time.monotonic(), dict(client.key_value_dir_get("jgem/alive"))
-        except Exception:
+        if RUN.read_at is None or time.monotonic() - RUN.read_at > 2.5 * BEAT_S:  # no beats read: nothing to wait on
             return
-        for key, value in alive.items():
-            i = key.rsplit("/", 1)[1]
-            if beats.get(i, ("", 0.0))[0] != value:
-                beats[i] = (value, now)
-        if all(now - beats.get(str(i), ("", now))[1] > 2.5 * BEAT_S for i in range(1, n)):
+        if others <= set(_still(STILL_BEATS * BEAT_S, stopping=True)):
             return
         time.sleep(0.2)
 

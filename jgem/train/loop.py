@@ -74,7 +74,6 @@ class Trainer(Run):
         return SamplerSide(
             cfg=self.cfg,
             engine=self.engine,
-            pool=self.pool,
             specs=self.specs,
             horizon=self.horizon,
             stage=self.curriculum.stage,

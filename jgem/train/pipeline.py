@@ -168,7 +168,7 @@ class Pipeline:
             "rollout/max_turns": float(side.horizon(step)),  # the env's limit, or the curriculum's below it
             "curriculum/stage": float(side.stage(step)),
             "compile/rollout": float(side.engine.num_compilations),
-            "pool/faults_total": float(side.pool.num_faults),
+            "pool/faults_total": float(side.engine.pool.num_faults),
         }
         if side.publisher is not None:  # split meshes: the update's publication to the sampler's devices
             out |= {

@@ -11,21 +11,19 @@ from typing import Any
 from jax.sharding import Mesh
 
 from jgem.config import TrainConfig
-from jgem.envs.pool import EnvPool
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine
 from jgem.sharding.publish import Publisher
 
 
 @dataclasses.dataclass
 class SamplerSide:
-    """What the pipeline and dynamic sampling use of a run: the engine and its pool, what each step plays
+    """What the pipeline and dynamic sampling use of a run: the engine (and through it the pool), what each step plays
     (`specs`, `horizon`), the policies it plays with (`policy`: the current one, or with params a kept
     version's; `snapshot`: the current version's params kept past the update, which donates the learner's), the
     publication (split meshes: the sampler's devices play on while the learner's update), the sampler's mesh."""
 
     cfg: TrainConfig
     engine: RolloutEngine
-    pool: EnvPool
     specs: Callable[..., list[EpisodeSpec]]
     horizon: Callable[..., int]
     stage: Callable[[int], int]  # the curriculum's stage at a step
