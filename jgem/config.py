@@ -317,6 +317,11 @@ class TrainConfig:
     batch_buckets: tuple[int, ...] = (128, 256, 512, 1024, 2048, 4096, 8192)
     """row lengths in tokens that training rows are padded to (the smallest that fits): fewer shapes, fewer
     compilations"""
+    batch_rows_per_doubling: int = 4
+    """how many numbers of rows the update pads a step's rows to between each power of two and the next: 4 pads to
+    ..., 16, 20, 24, 28, 32, 40, ... (at most a fifth of the rows padding, a few update programs per doubling);
+    1 pads to a power of two (one program per doubling, up to half the rows padding: a quarter more work per
+    update measured on bench/peers/tunix.py's single-turn workload)"""
     eval_every: int = 10
     """evaluate every N RL steps (and before training, after the warm start and at the end); 0: never"""
     eval_at_start: bool = True
@@ -463,6 +468,8 @@ def range_errors(cfg: TrainConfig, name: Any = _plain) -> list[str]:
             f"{name('env.step_timeout')} is {cfg.env.step_timeout!r}; it must be a finite number of seconds > 0, "
             "or None"
         )
+    if cfg.batch_rows_per_doubling < 1:
+        errors.append(f"{name('batch_rows_per_doubling')} is {cfg.batch_rows_per_doubling}; it must be >= 1")
     buckets = cfg.batch_buckets
     if not buckets or any(not _in(b, 1, inf, hi_open=True) or int(b) != b for b in buckets):
         errors.append(

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
         ({"eval_episodes": -4}, r"eval_episodes is -4; it must be an integer >= 1"),
         ({"batch_buckets": ()}, r"batch_buckets is \(\); it must be one or more integers >= 1"),
         ({"batch_buckets": (128, 0)}, r"batch_buckets is \(128, 0\)"),
+        ({"batch_rows_per_doubling": 0}, r"batch_rows_per_doubling is 0; it must be >= 1"),
         ({"checkpoint_every": 0}, r"checkpoint_every is 0; it must be an integer >= 1"),
         ({"seed": -1}, r"seed is -1; it must be an integer in \[0, 2\^31 - 1\]"),
         ({"keep_checkpoints": 0}, r"keep_checkpoints is 0"),

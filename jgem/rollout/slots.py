@@ -39,7 +39,7 @@ from jgem.models.kvcache import slot_cache_bytes
 from jgem.rollout import programs
 from jgem.rollout.config import Sampling
 from jgem.rollout.programs import LIVE, NTOK, STATE_COLUMNS, Layout
-from jgem.shapes import next_pow2
+from jgem.shapes import bucket, next_pow2
 from jgem.sharding.mesh import process_max
 
 Array = jax.Array
@@ -48,11 +48,9 @@ MIN_WINDOW = 128  # the shortest attention window, in positions
 
 
 def _bucket_size(n: int) -> int:
-    """The smallest of 1, 2, ..., 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ... (multiples of an eighth of a power of
-    two) that is >= n: at most an eighth of a bucket is padding, and there are eight sizes per doubling."""
-    p = next_pow2(n)
-    step = max(1, p // 8)
-    return -(-n // step) * step
+    """The slot bucket of n rows: 1, 2, ..., 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, ... (four sizes per doubling, at
+    most a fifth of a bucket padding)."""
+    return bucket(n, 4)
 
 
 def device_memory_bytes(device: Any) -> int | None:

@@ -21,7 +21,7 @@ from jgem.checkpoint import CheckpointConfig, Checkpointer
 from jgem.config import TrainConfig
 from jgem.rollout.batch import build_batch, pack_prompts
 from jgem.rollout.episode import Episode, turn_arrays
-from jgem.shapes import next_pow2
+from jgem.shapes import bucket, next_pow2
 from jgem.sharding.mesh import batch_axis_size, process_max
 from jgem.sharding.rules import shard_batch
 
@@ -143,7 +143,8 @@ class Learner:
             batch_divisor=self.batch_divisor,
         )
         d = self.batch_divisor
-        shape = lambda a: (next_pow2(math.ceil(a["tokens"].shape[0] / d)) * d, a["tokens"].shape[1]) if a else (0, 0)
+        rows = lambda a: bucket(math.ceil(a["tokens"].shape[0] / d), cfg.batch_rows_per_doubling) * d
+        shape = lambda a: (rows(a), a["tokens"].shape[1]) if a else (0, 0)
         boot = {}
         if critic:
             cut = {i: e.next_prompt for i, e in enumerate(episodes) if e.next_prompt is not None}
