@@ -25,9 +25,10 @@ agentic_rl_learner.py), and its single-turn learner samples each step's prompts 
 from PRNGKey(seed) on every call, so the Tunix side gives each call a seed of its own (`FreshSeeds` in
 bench/peers/tunix_side.py); without it every episode of a group would play the same first action.
 
-Measured per side (over the second half of the steps, when neither side compiles any more; steps/s over the whole
-run, compilation included, beside it): steps/s,
-generated tokens/s (sampled tokens up to and including EOS), train tokens/s (prompt and completion tokens of the
+Measured per side (over the second half of the steps, when Tunix compiles nothing new and jgem's engine only a
+few programs, counted in its figure; steps/s over the whole run, compilation included, beside it): steps/s,
+generated tokens/s (sampled tokens and the stop token that ended them: Tunix's sampler drops it from what it returns,
+the Tunix side counts it back), train tokens/s (prompt and completion tokens of the
 sequences the update holds, padding not), peak RSS, and the learning curve (each step's mean return and success).
 Output: one JSON line per side and workload, a ratio line per workload (jgem / Tunix), a table, and the plot of both
 curves (--plot, default docs/results/peers-tunix.png).
@@ -282,6 +283,8 @@ def tunix_rows(w: Workload, out: dict) -> dict:
     step (the learners are on-policy: a step's rollouts end before its update)."""
     eps = out.pop("episodes")
     n = w.episodes_per_step
+    # an episode Tunix ended without recording it would shift every later step's chunk: none may be missing
+    assert len(eps) == n * w.steps, f"Tunix recorded {len(eps)} episodes, not {w.steps} steps x {n}"
     chunks = [eps[i * n : (i + 1) * n] for i in range(w.steps)]
     out["step_return"] = [sum(r for _, r, _ in c) / max(len(c), 1) for c in chunks]
     out["step_success"] = [sum(s for _, _, s in c) / max(len(c), 1) for c in chunks]
@@ -289,9 +292,10 @@ def tunix_rows(w: Workload, out: dict) -> dict:
 
 
 def summary(name: str, w: Workload, side: dict) -> dict:
-    """A side's row. Warm figures are over the second half of the steps (`h`..N), when neither side compiles any
-    more (jgem's engine compiles a program per new bucket of slots and lengths in the first steps; Tunix's sampler
-    pads every prompt to one length); the whole run's steps/s, compilation included, beside them."""
+    """A side's row. Warm figures are over the second half of the steps (`h`..N): Tunix's sampler pads every prompt to
+    the one `max_prompt_length` and compiles nothing new there; jgem's engine compiles a program per new bucket of
+    slots, lengths and windows, most in the first steps (the few left count in its figure); the whole run's steps/s,
+    compilation included, beside them."""
     ends = side["update_end_s"]
     n = len(ends)
     h = n // 2
@@ -302,7 +306,7 @@ def summary(name: str, w: Workload, side: dict) -> dict:
         "side": side["side"],
         "steps": n,
         "steps_per_s": (n - h) / warm_s,
-        "steps_per_s_with_compile": n / side["wall_s"],
+        "steps_per_s_with_compile": n / ends[-1],  # both sides: from the first step's start to the last update's end
         "return_first": sum(side["step_return"][:k]) / k,
         "return_last": sum(side["step_return"][-k:]) / k,
         "success_first": sum(side["step_success"][:k]) / k,

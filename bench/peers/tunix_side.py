@@ -10,9 +10,14 @@ chat wrapper (pure Python: the env the model plays is the same object on both si
   learner caps the tokens of a whole episode's response; `CappedTurns` caps each turn at the workload's
   `max_new_tokens` too, as jgem does (it passes the smaller of the two to the same `rl_cluster.generate`).
 
-Instrumentation (the learners untouched): `rl_cluster.update_actor` is wrapped to time each optimizer step,
-`rl_cluster.generate` to count the tokens sampled (up to and including the first EOS of each row), the reward /
-env to record each episode's return and success. Writes one JSON object to --out.
+Instrumentation (the learners untouched): `rl_cluster.update_actor` is wrapped to time each optimizer step (until
+the actor's parameters are ready), `rl_cluster.generate` to count the tokens sampled (Tunix returns a row up to its
+first EOS, the EOS left out; a row shorter than the call's cap stopped on one, counted back), the reward / env to
+record each episode's return and success. Writes one JSON object to --out.
+
+Left as Tunix ships it (docs/benchmarks.md says so): the actions it trains on lack the stop token it sampled (the
+single-turn learner never trains the stop token; the agentic learner's training context lacks each earlier action's
+stop token that its sampler saw), and an action cut at the cap is played or graded as cut (jgem plays "" instead).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import itertools
 import json
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -36,6 +42,7 @@ import grain.python as grain  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
+from flax import nnx  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 from tunix.models.qwen3 import model as qwen3_model  # noqa: E402
 from tunix.models.qwen3 import params as qwen3_params  # noqa: E402
@@ -68,12 +75,13 @@ def model_config(ckpt: Path) -> qwen3_model.ModelConfig:
     )
 
 
-def instrument(cluster: rlc.RLCluster, eos: int, pad: int, t0: float) -> None:
+def instrument(cluster: rlc.RLCluster, eos: int, pad: int, default_cap: int, t0: float) -> None:
     update, generate = cluster.update_actor, cluster.generate
 
     def timed_update(train_ds, *args, **kwargs):
         examples = list(train_ds)  # the step's training examples (a list or an iterator of them)
         out = update(examples, *args, **kwargs)
+        jax.block_until_ready(jax.tree.leaves(nnx.state(cluster.actor_trainer.model, nnx.Param)))  # it returns early
         RECORD["updates"].append(time.perf_counter() - t0)
         n = 0
         for ex in examples:  # the tokens the update's forward pass holds: prompt and completion, padding not
@@ -83,11 +91,12 @@ def instrument(cluster: rlc.RLCluster, eos: int, pad: int, t0: float) -> None:
 
     def counted_generate(*args, **kwargs):
         out = generate(*args, **kwargs)
+        cap = kwargs.get("max_generation_steps") or default_cap
         n = 0
-        for row in out.tokens:
+        for row in out.tokens:  # Tunix returns a row up to its first EOS, the EOS left out: count it back
             row = np.asarray(row)
             hit = np.flatnonzero(row == eos)
-            n += int(hit[0] + 1 if hit.size else row.size)
+            n += int(hit[0] + 1) if hit.size else row.size + int(row.size < cap)
         RECORD["generate_tokens_by_call"].append((time.perf_counter() - t0, n))
         return out
 
@@ -105,7 +114,11 @@ class FreshSeeds(dict):
         self.calls = itertools.count(seed * 1_000_003)
 
     def __getitem__(self, mode):
-        return dataclasses.replace(super().__getitem__(mode), seed=next(self.calls))
+        seed = getattr(CALL, "seed", None)  # the agentic calls': (group, episode, turn), whatever the threads' order
+        return dataclasses.replace(super().__getitem__(mode), seed=next(self.calls) if seed is None else seed)
+
+
+CALL = threading.local()  # the seed of the sampler call this thread makes (`CappedTurns`)
 
 
 class ChatML(parser.QwenChatTemplateParser):
@@ -166,11 +179,14 @@ def run(w: Workload, ckpt: Path) -> dict:
         optax.clip_by_global_norm(w.max_grad_norm),
         optax.adamw(w.lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0),
     )
-    per_call = w.max_episode_tokens if multi else w.max_new_tokens  # the agentic learner: must equal its cap
+    # Buffers sized to the workload: the longest conversation of the game is ~310 tokens (a 143-token first prompt,
+    # 4 turns of 12 action and ~30 observation tokens), its completion part ~170; the agentic learner wants the
+    # per-call cap equal to its episode cap, and `CappedTurns` asks for 12 tokens a call.
+    prompt_len, response_len = (384, 256) if multi else (48, w.max_new_tokens)
     rollout = base_rollout.RolloutConfig(
-        max_tokens_to_generate=per_call,
-        max_prompt_length=w.max_episode_tokens if multi else 48,
-        kv_cache_size=2 * w.max_episode_tokens + 64,
+        max_tokens_to_generate=response_len,
+        max_prompt_length=prompt_len,
+        kv_cache_size=prompt_len + 16,
         temperature=w.temperature,
         top_p=1.0,  # top_p None would make Tunix's sampler greedy, whatever the temperature (tunix/generate/sampler.py)
         top_k=None,
@@ -199,12 +215,17 @@ def run(w: Workload, ckpt: Path) -> dict:
         class CappedTurns(agentic_grpo_learner.GRPOLearner):
             def _model_call(self, chat_lists, env=None, max_generation_steps=None):
                 cap = w.max_new_tokens if max_generation_steps is None else min(max_generation_steps, w.max_new_tokens)
-                return super()._model_call(chat_lists, env, max_generation_steps=cap)
+                group, pair = env.extra_kwargs["group_id"], env.extra_kwargs["pair_index"]
+                CALL.seed = w.seed * 10**9 + (group * w.group_size + pair) * 64 + env.step_count
+                try:
+                    return super()._model_call(chat_lists, env, max_generation_steps=cap)
+                finally:
+                    CALL.seed = None
 
         learner = CappedTurns(
             rl_cluster=cluster,
             algo_config=agentic_grpo_learner.GRPOConfig(
-                **common, max_response_length=w.max_episode_tokens, max_concurrency=w.episodes_per_step
+                **common, max_response_length=response_len, max_concurrency=w.episodes_per_step
             ),
             chat_parser=ChatML(tok),
             agent_class=PlainAgent,
@@ -235,7 +256,7 @@ def run(w: Workload, ckpt: Path) -> dict:
         data = grain.MapDataset.source(items).batch(w.prompts_per_step)
     setup_s = time.perf_counter() - t_setup
     t0 = time.perf_counter()
-    instrument(cluster, tok.eos_token_id, tok.pad_token_id, t0)
+    instrument(cluster, tok.eos_token_id, tok.pad_token_id, w.max_new_tokens, t0)
     RECORD["episodes"] = []
     learner.train(data)
     wall = time.perf_counter() - t0

@@ -5,7 +5,7 @@ Plain Python and numpy only: the Tunix side imports it in Tunix's own virtual en
 - `single`: a single-turn task, addition of two integers in [1, 20] answered as `\\boxed{n}` (reward 1 for the right
   sum, 0 otherwise). Both sides start from one checkpoint that a short supervised warm start taught the answer
   format and some sums (`bench/peers/tunix.py`'s `sft_addition`), so the reward has room to rise.
-- `multi`: GEM's GuessTheNumber-v0-easy (numbers 1-20, at most 10 turns; GEM's rewards per turn: 1 for the number,
+- `multi`: GEM's GuessTheNumber-v0-easy (numbers 1-10, at most 4 turns; GEM's rewards per turn: 1 for the number,
   a closeness score on the last turn, -0.1 for a format error), played through jgem's env and chat wrapper on both
   sides; both start from one checkpoint of jgem's warm start on the scripted binary-search player.
 
