@@ -433,6 +433,9 @@ def main() -> None:
             cells += [f"{r['ratio_steps_per_s_with_compile']:.2f}x", f"{r['ratio_generated_tokens_per_s']:.2f}x"]
             cells += [f"{r['ratio_train_tokens_per_s']:.2f}x", "", f"{r['ratio_peak_rss']:.2f}x"]
         print("| " + " | ".join(cells) + " |")
+    if args.quick:
+        print("\n--quick: 3 steps a workload; the half measured is 1-2 steps in which jgem's engine still compiles:")
+        print("these ratios check the path, not the speed (the full run: no --quick)")
 
 
 if __name__ == "__main__":
