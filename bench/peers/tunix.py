@@ -172,24 +172,21 @@ def starting_checkpoint(name: str, w: Workload, work: Path) -> Path:
 # -- the jgem side (a subprocess of its own, jgem's venv) ----------------------------------------------------------
 
 
-class AdditionEnv:
+def addition_env(**kwargs):
     """The single-turn workload as a jgem env: reset(seed) serves `addition(seed)`; graded by `grade_addition`."""
+    from jgem.envs.data.dataset import SingleTurnEnv
 
-    @staticmethod
-    def make(**kwargs):
-        from jgem.envs.data.dataset import SingleTurnEnv
+    class AdditionEnv(SingleTurnEnv):
+        def _next_row(self, seed):
+            return addition(int(seed))
 
-        class _Addition(SingleTurnEnv):
-            def _next_row(self, seed):
-                return addition(int(seed))
+        def prompt(self, row):
+            return row["problem"]
 
-            def prompt(self, row):
-                return row["problem"]
+        def grade(self, action, row):
+            return grade_addition(action, row["answer"]), {}
 
-            def grade(self, action, row):
-                return grade_addition(action, row["answer"]), {}
-
-        return _Addition(**kwargs)
+    return AdditionEnv(**kwargs)
 
 
 def jgem_config(w: Workload, ckpt: Path, run_dir: Path):
@@ -244,7 +241,7 @@ def jgem_side(name: str, w: Workload, ckpt: Path, run_dir: Path) -> dict:
     from jgem.train.run import SEED_STRIDE as JGEM_STRIDE
 
     assert SEED_STRIDE == JGEM_STRIDE, "bench/peers/workload.py's SEED_STRIDE is not jgem's"
-    register("bench:Addition-v0", AdditionEnv.make, overwrite=True)
+    register("bench:Addition-v0", addition_env, overwrite=True)
     t = time.perf_counter()
     trainer = Trainer(jgem_config(w, ckpt, run_dir))
     setup_s = time.perf_counter() - t
