@@ -225,7 +225,7 @@ class Probe:
         trainer.learn = learn_
 
     def live(self) -> int:
-        return sum(x is not None for x in self.eng._live)
+        return self.eng.num_live
 
     def window(self) -> None:
         """Start counting from now."""

@@ -621,6 +621,20 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     errors += cfg.warm_start.errors(cfg.env, _under("warm_start", f)) + cfg.model.errors(_under("model", f))
     errors += _step_errors(cfg, algorithm, f) + cfg.pipeline.errors(_under("pipeline", f))
     errors += cfg.rollout.errors(_under("rollout", f)) + _learner_errors(cfg, f) + range_errors(cfg, f)
-    errors += _mesh_errors(cfg, num_devices, f)
+    errors += _mesh_errors(cfg, num_devices, f) + _workflow_errors(cfg, f)
     if errors:
         raise ConfigError(errors)
+
+
+def _workflow_errors(cfg: TrainConfig, name: FieldName) -> list[str]:
+    """The rollout workflow: registered (a shipped one, or one a module given with --import registers), and able to
+    run the rollout config (`Workflow.check`); a grouped one needs groups."""
+    from jgem.rollout.workflows import WORKFLOWS, workflow_errors
+
+    errors = workflow_errors(cfg.rollout, _under("rollout", name))
+    if not errors and WORKFLOWS.get(cfg.rollout.workflow).grouped and cfg.group_size < 2:
+        errors.append(
+            f"{name('rollout.workflow')} {cfg.rollout.workflow} plays a group's episodes from one state, so it needs "
+            f"{name('group_size')} >= 2 (a grouped algorithm: grpo, drgrpo, rloo), got {cfg.group_size}"
+        )
+    return errors

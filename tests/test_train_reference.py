@@ -12,6 +12,8 @@ algos/test_gspo_cispo.py.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -199,4 +201,78 @@ def test_trainer_advantages_and_loss_equal_a_numpy_reference(algorithm):
             num += np.maximum(-a * rho, -a * np.clip(rho, 1 - clip, 1 + clip)).sum()
             den += e - s
     metrics, _ = guarded_learn(tr, episodes)  # the trainer's step on the episodes (the batch `make_batch` gave)
+    np.testing.assert_allclose(float(metrics["loss"]), num / den, rtol=1e-4, atol=1e-6)
+
+
+def _segmented(ep) -> tuple:
+    """`ep` (>= 2 turns) as a workflow's trajectory of two segments: turn 0 on the original stream, then the other
+    turns on a segment that does not extend it (8 'summary' tokens, then the stream from 4 tokens before turn 1's
+    prompt ends), as a compacting agent's. Returns (episode, [(segment tokens, [(turn, start, end)])])."""
+    S, t = ep.stream, ep.transitions
+    cut = t[1].prompt_len - 4
+    summary = (S[:8][::-1] + 1).astype(np.int32)  # differs from the stream's first tokens: a new segment
+    B = np.concatenate([summary, S[cut:]])
+    shift = summary.size - cut
+    trans = [dataclasses.replace(t[0], prompt_ids=S[: t[0].prompt_len].copy())]
+    trans += [
+        dataclasses.replace(x, prompt_len=x.prompt_len + shift, prompt_ids=B[: x.prompt_len + shift]) for x in t[1:]
+    ]
+    new = dataclasses.replace(ep, transitions=trans, stream=None, next_prompt=None)
+    end = t[-1].prompt_len + t[-1].action_ids.size + shift
+    spans = [
+        (S[: t[0].prompt_len + t[0].action_ids.size], [(0, t[0].prompt_len, t[0].prompt_len + t[0].action_ids.size)])
+    ]
+    spans.append((B[:end], [(k, x.prompt_len, x.prompt_len + x.action_ids.size) for k, x in enumerate(trans) if k]))
+    return new, spans
+
+
+@pytest.mark.xdist_group(XDIST_GROUP)
+def test_segments_train_as_their_own_rows_and_equal_a_numpy_reference():
+    """A trajectory of several segments (streams that are not prefixes of each other) packs each segment as its own
+    row with its exact ids; returns run over the turns across segments (gamma per turn, as in one stream); the
+    advantages and the loss equal numpy computed on each segment's own tokens."""
+    tr, played = shared("rebn")
+    multi = [e for e in played if e.fault is None and e.num_turns >= 2]
+    single = [e for e in played if e.fault is None and e.num_turns == 1]
+    assert len(multi) >= 2, [e.num_turns for e in played]
+    built = [_segmented(e) for e in multi]
+    episodes = [b[0] for b in built] + single
+    segs = [b[1] for b in built] + [[(e.stream, [(0, e.transitions[0].prompt_len, e.stream.size)])] for e in single]
+    batch, _ = tr.learner.make_batch(episodes)
+    tokens, seg_ids = np.asarray(batch.tokens), np.asarray(batch.segment_ids)
+    assert int(sum(len(s) for s in segs)) == len(
+        {(r, s) for r in range(seg_ids.shape[0]) for s in np.unique(seg_ids[r]) if s}
+    )
+    ref_adv, _ = reference_advantages("rebn", episodes, tr)  # ReBN over the per-turn returns, gamma across segments
+    adv, lmask = np.asarray(batch.advantages), np.asarray(batch.loss_mask)
+    expect_adv, expect_mask = np.zeros_like(adv, np.float64), np.zeros_like(lmask)
+    used: set = set()
+    for i, pieces in enumerate(segs):
+        for toks, turns in pieces:  # find the segment's row by content: its exact ids
+            at = [
+                (r, s)
+                for r in range(tokens.shape[0])
+                for s in np.unique(seg_ids[r][seg_ids[r] > 0])
+                if (r, s) not in used and np.array_equal(tokens[r, seg_ids[r] == s], toks)
+            ]
+            assert at, f"episode {i}: a segment of {toks.size} tokens is not a row segment of the batch"
+            r, s = at[0]
+            used.add((r, s))
+            start = int(np.flatnonzero(seg_ids[r] == s)[0])
+            for k, a, b in turns:
+                expect_adv[r, start + a : start + b] = ref_adv[i][k]
+                expect_mask[r, start + a : start + b] = True
+    np.testing.assert_array_equal(lmask, expect_mask)
+    np.testing.assert_allclose(adv, expect_adv, rtol=1e-4, atol=1e-5)
+    policy, clip = tr.state.model(), tr.cfg.learner.clip_low
+    num = den = 0.0
+    for i, (ep, pieces) in enumerate(zip(episodes, segs)):
+        for toks, turns in pieces:
+            lp = _logprobs(policy, toks, tr.cfg.learner.temperature)  # each segment conditioned on its own ids only
+            for k, a, b in turns:
+                rho = np.exp(lp[a:b] - ep.transitions[k].action_logprobs)
+                adv_k = ref_adv[i][k]
+                num += np.maximum(-adv_k * rho, -adv_k * np.clip(rho, 1 - clip, 1 + clip)).sum()
+                den += b - a
+    metrics, _ = guarded_learn(tr, episodes)
     np.testing.assert_allclose(float(metrics["loss"]), num / den, rtol=1e-4, atol=1e-6)

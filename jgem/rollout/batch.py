@@ -4,6 +4,8 @@
 - `view="chat"`: one segment per episode: the whole token stream (`Episode.stream`; each turn's prompt
   extends the previous prompt + action), every action token marked with its own turn (so it carries that turn's
   advantage on the device). For a causal LM this gives the per-turn view's gradient at a fraction of the tokens.
+  An episode of several segments (a workflow's: a summary, a fresh template; its turns own their prompts) packs
+  as the per-turn chat view does: one row per run of turns whose prompts extend each other.
 - `view="chat_per_turn"`: one segment per run of turns whose prompts extend the previous prompt + action
   (`extending_runs`): the chat view's rows where the template rewrote nothing, a new row where it did.
 
@@ -65,8 +67,11 @@ def episode_segments(episodes: list[Episode], *, view: View = "chat") -> list[Se
             for k in range(ep.num_turns):
                 segments.append(_build(ep, e, [k]))
         elif view == "chat":
-            if ep.num_turns:
+            if ep.stream is not None and ep.num_turns:
                 segments.append(_build(ep, e, list(range(ep.num_turns))))
+            else:  # a workflow's segments (its turns own their prompts): a row per run of extending turns
+                for run in extending_runs(ep):
+                    segments.append(_build(ep, e, run))
         elif view == "chat_per_turn":
             for run in extending_runs(ep):
                 segments.append(_build(ep, e, run))

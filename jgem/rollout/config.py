@@ -56,6 +56,14 @@ class RolloutConfig:
     dynamic_sampling: bool = False
     # the most extra rounds (each the step's number of groups) a step plays; then it trains on the groups it has
     max_resample_rounds: int = 4
+    # how an episode interacts (jgem.rollout.workflow): a registered workflow's name ("turns": the turn loop;
+    # "compact": summarise into a new segment past `compact_tokens`; "tree": each group forks at `fork_turn`)
+    workflow: str = "turns"
+    # the compacting agent: the stream length past which it writes a summary and starts a new segment (0: half of
+    # max_episode_tokens)
+    compact_tokens: int = 0
+    # tree rollouts: the turns the group's trunk plays before it forks into the group's episodes
+    fork_turn: int = 1
 
     def __post_init__(self) -> None:
         if self.view not in VIEWS:

@@ -30,7 +30,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import numpy as np
@@ -39,21 +39,14 @@ from flax import nnx
 from jgem.envs.pool import EnvPool
 from jgem.models.config import ModelConfig
 from jgem.models.tokenizer import ChatFormat
-from jgem.rollout.config import PromptBudgetError, RolloutConfig, Sampling
-from jgem.rollout.episode import Episode, Transition
+from jgem.rollout.config import RolloutConfig, Sampling
+from jgem.rollout.episode import Episode, EpisodeSpec
 from jgem.rollout.slots import SlotEngine
-from jgem.rollout.views import common_prefix, first_prompt, observation_suffix, wrappers_for_view
+from jgem.rollout.views import common_prefix, wrappers_for_view
+from jgem.rollout.workflow import Context, Generation, Stream, StreamSegment, Trajectory, Workflow
+from jgem.rollout.workflows import get_workflow
 
-__all__ = ["EpisodeSpec", "RolloutEngine", "RolloutStats", "wrappers_for_view"]
-
-
-@dataclass(frozen=True)
-class EpisodeSpec:
-    """One episode to play: its id, its group (episodes of a group share a start state) and seed."""
-
-    episode_id: int
-    group_id: int
-    seed: int
+__all__ = ["EpisodeSpec", "RolloutEngine", "RolloutStats", "Stream", "wrappers_for_view"]
 
 
 @dataclass
@@ -88,9 +81,6 @@ class RolloutStats:
         return out
 
 
-Phase = Literal["env", "extend", "decode"]
-
-
 @dataclass(frozen=True)
 class _Play:
     """How a submitted episode is played: its draws' key and stream, its turn limit, its sampling settings."""
@@ -106,31 +96,36 @@ class _Play:
         return (self.key_id, self.sampling)
 
 
-@dataclass
-class _Live:
-    """An episode in a slot. `stream`: chat view, the whole stream so far; per-turn view, this turn's prompt
-    and the action being sampled. The slot holds the keys and values of stream[:cached]."""
+@dataclass(eq=False)
+class _Unit:
+    """One run of the workflow (an episode, or a group of them): its specs, the envs and slots it holds (reserved
+    when it starts), the policy version its new streams sample with, its coroutine's context and its root task."""
 
-    spec: EpisodeSpec
+    specs: tuple[EpisodeSpec, ...]
     play: _Play
-    version: int = 0  # the policy version sampling its tokens now
-    phase: Phase = "env"
-    stream: list[int] = field(default_factory=list)
-    cached: int = 0
-    prompt_len: int = 0  # where the current action starts in `stream`
-    num_messages: int = 0
-    action: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)  # the policy version of each action token
-    limit: int = 0
-    transitions: list[Transition] = field(default_factory=list)
-    prefix_key: tuple | None = None  # (group, first prompt) while the slot holds that prompt's keys and values
-    redo: int = 0  # positions a publication (stale_kv recompute) dropped, counted when they are prefilled again
+    version: int
+    envs: list[int]
+    slots: list[int]
+    streams: list[Stream] = field(default_factory=list)
+    tasks: list[_Task] = field(default_factory=list)  # its coroutines not finished (the root, gathered children)
+    envs_used: set[int] = field(default_factory=set)  # envs a task has reset, stepped or forked onto
+
+
+class _Task:
+    """A coroutine of a unit, suspended on one request; `parent` awaits it (and its siblings) in a gather."""
+
+    __slots__ = ("coro", "index", "parent", "results", "unit", "waiting")
+
+    def __init__(self, coro: Any, unit: _Unit, parent: _Task | None = None, index: int = 0) -> None:
+        self.coro, self.unit, self.parent, self.index = coro, unit, parent, index
+        self.results: list[Any] | None = None  # a gather's results, as its children finish
+        self.waiting = 0  # children not finished
 
 
 class RolloutEngine:
     """Plays `EpisodeSpec`s on a pool with a model, one KV-cache slot per env. The pool's envs must be wrapped
-    for the view (`wrappers_for_view`). `turn_token_limit(spec, turn)`, if given, caps a turn's action below
+    for the view (`wrappers_for_view`). `workflow`: how an episode interacts (`jgem.rollout.workflow`; default the
+    config's `rollout.workflow`). `turn_token_limit(spec, turn)`, if given, caps a turn's action below
     `max_new_tokens` (benchmarks use it to give responses an LLM's spread of lengths)."""
 
     def __init__(
@@ -144,9 +139,14 @@ class RolloutEngine:
         mesh: Any = None,
         cache_dtype: str | None = None,
         turn_token_limit: Callable[[EpisodeSpec, int], int] | None = None,
+        workflow: Workflow | str | None = None,
     ) -> None:
         self.pool, self.chat, self.cfg, self.env_name = pool, chat, cfg, env_name
         self.turn_token_limit = turn_token_limit
+        self.workflow = get_workflow(workflow or cfg.workflow) if not isinstance(workflow, Workflow) else workflow
+        problems = self.workflow.check(cfg)
+        if problems:
+            raise ValueError(f"rollout workflow {self.workflow.name!r}: " + "; ".join(problems))
         # Several processes over one mesh: the slots are global, each process's envs own the slots of its shards.
         processes = 1 if mesh is None else len({d.process_index for d in mesh.devices.flat})
         self.slots = SlotEngine(
@@ -175,6 +175,14 @@ class RolloutEngine:
     @property
     def num_compilations(self) -> int:
         return self.slots.num_compilations
+
+    def metrics(self) -> dict[str, float]:
+        """The engine's statistics as metrics: the counters since `stats` was last replaced (`RolloutStats`), the
+        programs compiled (`compile/rollout`) and the pool's faults over its life (`pool/faults_total`)."""
+        return self.stats.as_metrics() | {
+            "compile/rollout": float(self.num_compilations),
+            "pool/faults_total": float(self.pool.num_faults),
+        }
 
     # -- public ------------------------------------------------------------------------------------
 
@@ -224,23 +232,43 @@ class RolloutEngine:
         from `key` (`stream` k >= 0: from fold_in(key, k), so several steps' episodes, each with its step's stream,
         share the engine and the tokens stay those of a `collect` with fold_in(key, k)). Episode ids must be unique
         among the engine's episodes (with streams, unique per stream: they key the draws). `front`: they start before
-        the episodes queued already."""
+        the episodes queued already. A grouped workflow plays each run of consecutive specs of one group together."""
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         ids = [(stream, s.episode_id) for s in specs]
-        taken = {(play.stream, spec.episode_id) for spec, play in self._queue} | {
-            (x.play.stream, x.spec.episode_id) for x in self._live if x is not None
+        taken = {(u.play.stream, s.episode_id) for u in self._queue for s in u.specs} | {
+            (u.play.stream, s.episode_id) for u in self._units for s in u.specs
         }
         if len(set(ids)) != len(ids) or taken & set(ids):
             raise ValueError("submit: episode ids repeat; each spec needs its own episode_id (it keys the sampling)")
         sampling = self.cfg.sampling if greedy is None else dataclasses.replace(self.cfg.sampling, greedy=greedy)
         self._last_play = play = _Play(key, stream, max_turns, sampling, self._key_id(key))
+        units = [_Unit(g, play, version, [], []) for g in self._runs(specs)]
+        for u in units:
+            need = self.workflow.width(len(u.specs))
+            if need > self.slots.per_shard or need > self.pool.num_envs:
+                raise ValueError(
+                    f"rollout workflow {self.workflow.name!r} holds {need} slots and envs per run (a group of "
+                    f"{len(u.specs)}) but the engine has {self.pool.num_envs} envs and {self.slots.per_shard} slots "
+                    f"per shard (its slots are split over {self.slots.shards} shards of the mesh, and a fork's slot is "
+                    "on its stream's shard); raise env.num_envs or lower the group size"
+                )
         if front:
-            self._queue.extendleft((s, play) for s in reversed(specs))
+            self._queue.extendleft(reversed(units))
         else:
-            self._queue.extend((s, play) for s in specs)
+            self._queue.extend(units)
+
+    def _runs(self, specs: Sequence[EpisodeSpec]) -> list[tuple[EpisodeSpec, ...]]:
+        """The specs one run of the workflow plays: each spec alone, or (grouped) each run of one group's specs."""
+        if not self.workflow.grouped:
+            return [(s,) for s in specs]
+        runs: list[list[EpisodeSpec]] = []
         for s in specs:
-            self._versions[(stream, s.episode_id)] = version
+            if runs and runs[-1][0].group_id == s.group_id:
+                runs[-1].append(s)
+            else:
+                runs.append([s])
+        return [tuple(r) for r in runs]
 
     def run(
         self, models: dict[int, Any], until: Callable[[], bool] | None = None, *, poll: float | None = None
@@ -253,7 +281,7 @@ class RolloutEngine:
         models = {v: nnx.split(m) if isinstance(m, nnx.Module) else m for v, m in models.items()}
         self._start_free()
         while True:
-            live = any(x is not None for x in self._live)
+            live = bool(self._units)
             decoding = [i for i, x in enumerate(self._live) if x is not None and x.phase == "decode"]
             extending = [i for i, x in enumerate(self._live) if x is not None and x.phase == "extend"]
             wanted = until is None or not until()
@@ -275,7 +303,7 @@ class RolloutEngine:
             for version, slots in groups.items():
                 model, play = models[version], self._play_of(slots)
                 ext = [i for i in slots if self._live[i].phase == "extend"]
-                if ext or self.slots.lockstep:
+                if ext or self.slots.lockstep or self._forks:
                     self._extend(model, ext)
                 handle = self._dispatch(model, slots, play)
                 self._receive(block=False)  # env results that came in while the device decodes
@@ -311,12 +339,18 @@ class RolloutEngine:
 
     def versions_in_use(self) -> set[int]:
         """The policy versions that queued and live episodes are played by."""
-        return set(self._versions.values()) | {x.version for x in self._live if x is not None}
+        units = [u.version for u in self._queue] + [u.version for u in self._units]
+        return set(units) | {x.version for x in self._live if x is not None}
 
     @property
     def busy(self) -> bool:
         """Whether episodes are queued or live."""
-        return bool(self._queue) or any(x is not None for x in self._live)
+        return bool(self._queue) or bool(self._units)
+
+    @property
+    def num_live(self) -> int:
+        """Episodes (workflow runs) started and not finished."""
+        return len(self._units)
 
     def adopt_version(self, version: int, *, stale_kv: str = "keep") -> int:
         """Every queued and live episode goes on with policy `version` (partial rollouts: the tokens it samples from
@@ -325,8 +359,8 @@ class RolloutEngine:
         the positions to recompute."""
         if stale_kv not in ("keep", "recompute"):
             raise ValueError(f"stale_kv {stale_kv!r}; choose 'keep' or 'recompute'")
-        for k in self._versions:
-            self._versions[k] = version
+        for u in [*self._queue, *self._units]:
+            u.version = version
         redo = 0
         for x in self._live:
             if x is None:
@@ -342,9 +376,17 @@ class RolloutEngine:
 
     def _drop_work(self) -> None:
         """No episode queued or live (finished ones stay until taken)."""
-        self._queue: deque[tuple[EpisodeSpec, _Play]] = deque()
-        self._live: list[_Live | None] = [None] * self.pool.num_envs
-        self._versions: dict[tuple[int, int], int] = {}  # (stream, episode id) -> version, while queued
+        for u in getattr(self, "_units", []):  # coroutines dropped mid-episode are closed (no "never awaited")
+            for t in u.tasks:
+                t.coro.close()
+        self._queue: deque[_Unit] = deque()
+        self._units: list[_Unit] = []
+        self._live: list[Stream | None] = [None] * self.pool.num_envs  # the stream of each slot
+        self._env_unit: list[_Unit | None] = [None] * self.pool.num_envs  # the unit holding each env
+        self._waiting: dict[int, tuple[_Task, bool]] = {}  # env -> (task awaiting it, is a reset)
+        self._resets: list[tuple[int, int | None]] = []  # env commands the tasks asked for, sent together
+        self._sends: list[tuple[int, str]] = []
+        self._forks: list[tuple[int, int]] = []  # (source slot, fork's slot), copied before the next programs
 
     def _discard_in_flight(self) -> None:
         """Wait for the env commands in flight (the pool's timeouts bound each) and drop their results."""
@@ -368,127 +410,250 @@ class RolloutEngine:
             )
         return self._live[slots[0]].play if slots else self._last_play
 
-    # -- the loop's steps ------------------------------------------------------------------------------
+    # -- the workflows' runs ---------------------------------------------------------------------------
 
     def _start_free(self) -> None:
-        """Reset free envs onto the next specs."""
-        free = [i for i, x in enumerate(self._live) if x is None][: len(self._queue)]
-        if free:
-            specs = [self._queue.popleft() for _ in free]
-            for i, (s, play) in zip(free, specs):
-                self._live[i] = _Live(s, play, version=self._versions.pop((play.stream, s.episode_id)))
-            self.pool.reset(free, [s.seed for s, _ in specs])
+        """Start the next queued runs on free envs and slots (each takes the workflow's width of both, its slots on
+        one shard), and send the resets they ask for."""
+        free_envs = [i for i, u in enumerate(self._env_unit) if u is None]
+        free_slots = [i for i, x in enumerate(self._live) if x is None and not self._reserved(i)]
+        started = []
+        while self._queue:
+            unit = self._queue[0]
+            need = self.workflow.width(len(unit.specs))
+            slots = self._slots_for(free_slots, need)
+            if len(free_envs) < need or slots is None:
+                break
+            self._queue.popleft()
+            unit.envs, free_envs = free_envs[:need], free_envs[need:]
+            unit.slots = slots
+            free_slots = [i for i in free_slots if i not in slots]
+            for e in unit.envs:
+                self._env_unit[e] = unit
+            self._units.append(unit)
+            started.append(unit)
+        for unit in started:
+            spec = unit.specs if self.workflow.grouped else unit.specs[0]
+            task = _Task(self.workflow.run(Context(self, unit), spec), unit)
+            unit.tasks, unit.envs_used = [task], {unit.envs[0]}
+            self._resume(task, None)
+        self._flush_env()
+
+    def _reserved(self, slot: int) -> bool:
+        return any(slot in u.slots for u in self._units)
+
+    def _slots_for(self, free: list[int], need: int) -> list[int] | None:
+        """`need` of the `free` slots on one shard (the lowest), or None."""
+        by_shard: dict[int, list[int]] = {}
+        for i in free:
+            by_shard.setdefault(self.slots.shard_of(i), []).append(i)
+        for slots in by_shard.values():
+            if len(slots) >= need:
+                return slots[:need]
+        return None
+
+    def _resume(self, task: _Task, value: Any) -> None:
+        """Run `task` until it awaits the next request (taken here) or returns."""
+        try:
+            request = task.coro.send(value)
+        except StopIteration as stop:
+            self._task_done(task, stop.value)
+            return
+        except Exception as e:
+            e.add_note(f"(in rollout workflow {self.workflow.name!r}, episode {task.unit.specs[0].episode_id})")
+            raise
+        kind, args = getattr(request, "kind", None), getattr(request, "args", ())
+        if kind in ("reset", "step"):
+            env = args[0]
+            if env in self._waiting:
+                raise ValueError(f"rollout workflow {self.workflow.name!r}: env {env} is awaited twice at once")
+            self._waiting[env] = (task, kind == "reset")
+            task.unit.envs_used.add(env)
+            (self._resets if kind == "reset" else self._sends).append(args)
+        elif kind == "generate":
+            stream, limit = args
+            if stream.waiter is not None or stream.slot < 0:
+                raise ValueError(
+                    f"rollout workflow {self.workflow.name!r}: generate on a stream that is generating or closed"
+                )
+            stream.waiter = task
+            stream.prompt_len, stream.action, stream.logprobs, stream.versions = len(stream.tokens), [], [], []
+            stream.phase, stream.limit = "extend", limit
+            if len(stream.tokens) + limit > self.cfg.max_episode_tokens:
+                raise ValueError(
+                    f"rollout workflow {self.workflow.name!r}: a stream of {len(stream.tokens)} tokens has no room "
+                    f"for {limit} more within rollout.max_episode_tokens {self.cfg.max_episode_tokens}; check the "
+                    "budget before generating (or start a new segment)"
+                )
+        elif kind == "gather":
+            (coros,) = args
+            if not coros:
+                self._resume(task, [])
+                return
+            task.results, task.waiting = [None] * len(coros), len(coros)
+            children = [_Task(c, task.unit, task, k) for k, c in enumerate(coros)]
+            task.unit.tasks += children
+            for child in children:
+                self._resume(child, None)
+        else:
+            raise TypeError(
+                f"rollout workflow {self.workflow.name!r} awaited {request!r}; a workflow awaits only its context "
+                "(ctx.reset, ctx.step, ctx.generate, ctx.gather)"
+            )
+
+    def _task_done(self, task: _Task, result: Any) -> None:
+        task.unit.tasks.remove(task)
+        parent = task.parent
+        if parent is None:
+            self._finish(task.unit, result)
+            return
+        parent.results[task.index] = result
+        parent.waiting -= 1
+        if not parent.waiting:
+            results, parent.results = parent.results, None
+            self._resume(parent, results)
+
+    def _finish(self, unit: _Unit, result: Any) -> None:
+        """The run returned: its trajectories become finished episodes; its envs and slots are free."""
+        name = self.workflow.name
+        trajectories = [result] if isinstance(result, Trajectory) else list(result or [])
+        if not all(isinstance(t, Trajectory) for t in trajectories):
+            raise TypeError(f"rollout workflow {name!r} returned {result!r}; return its Trajectory (grouped: a list)")
+        got = sorted(t.spec.episode_id for t in trajectories)
+        want = sorted(s.episode_id for s in unit.specs)
+        if got != want:
+            raise ValueError(f"rollout workflow {name!r} returned trajectories of episodes {got}, not of {want}")
+        busy = [e for e in unit.envs if e in self._waiting] + [s.slot for s in unit.streams if s.waiter is not None]
+        if busy or unit.tasks:
+            raise ValueError(f"rollout workflow {name!r} returned while its envs, streams or gathers were busy")
+        for t in trajectories:
+            ep = t.to_episode(self.env_name)
+            self._finished[(unit.play.stream, ep.episode_id)] = ep
+            self.stats.episodes += 1
+            if ep.stream is not None:
+                self.stats.stream_tokens += ep.stream.size
+            else:
+                self.stats.stream_tokens += sum(x.prompt_len + x.action_ids.size for x in ep.transitions)
+        for s in unit.streams:
+            self._close(s)
+        for e in unit.envs:
+            self._env_unit[e] = None
+        self._units.remove(unit)
+
+    def _flush_env(self) -> None:
+        """Send the resets and steps the tasks asked for, each kind in one call."""
+        if self._resets:
+            resets, self._resets = self._resets, []
+            self.pool.reset([e for e, _ in resets], [s for _, s in resets])
+        if self._sends:
+            sends, self._sends = self._sends, []
+            self.pool.send([e for e, _ in sends], [t for _, t in sends])
 
     def _receive(self, *, block: bool, timeout: float | None = None) -> None:
         if not self.pool.num_in_flight:
             return
         b = self.pool.recv(timeout=timeout, at_least=1) if block else self.pool.recv(timeout=0.0)
         for j, i in enumerate(b.env_ids.tolist()):
-            result = (b.obs[j], float(b.rewards[j]), bool(b.terminated[j]), bool(b.truncated[j]), b.infos[j])
-            (self._on_reset if b.is_reset[j] else self._on_step)(i, *result)
-
-    def _on_reset(self, i: int, obs: Any, reward: float, terminated: bool, truncated: bool, info: dict) -> None:
-        ep = self._live[i]
-        if "fault" in info:
-            self.stats.faults += 1
-            self._finish(i, info, truncated=True)
-            return
-        ep.stream, ep.num_messages = first_prompt(self.chat, self.cfg.view, obs)
-        if len(ep.stream) + self.cfg.max_new_tokens > self.cfg.max_episode_tokens:
-            new, budget = "--rollout.max-new-tokens", "--rollout.max-episode-tokens"
-            env = f"{self.env_name}, " if self.env_name else ""
-            raise PromptBudgetError(
-                f"the first prompt of episode {ep.spec.episode_id} has {len(ep.stream)} tokens ({env}seed "
-                f"{ep.spec.seed}), which leaves no room for {new} {self.cfg.max_new_tokens} within "
-                f"{budget} {self.cfg.max_episode_tokens} (RolloutConfig.max_episode_tokens); raise {budget} (each "
-                "later turn needs room too)"
-            )
-        ep.cached, ep.prefix_key = 0, None
-        self._begin_turn(ep)
-
-    def _on_step(self, i: int, obs: Any, reward: float, terminated: bool, truncated: bool, info: dict) -> None:
-        cfg, chat, ep = self.cfg, self.chat, self._live[i]
-        action = ep.action
-        stopped = chat.ends_with_stop(action)
-        per_turn = cfg.view != "chat"  # each turn owns its prompt (the per-turn views)
-        ep.transitions.append(
-            Transition(
-                ep.spec.episode_id,
-                len(ep.transitions),
-                ep.prompt_len,
-                np.asarray(action, np.int32),
-                np.asarray(ep.logprobs, np.float32),
-                reward,
-                stopped=stopped,
-                versions=np.asarray(ep.versions, np.int32),
-                prompt_ids=np.asarray(ep.stream[: ep.prompt_len], np.int32) if per_turn else None,
-            )
-        )
-        self.stats.turns += 1
-        self.stats.action_tokens += len(action)
-        if per_turn:
-            self.stats.stream_tokens += ep.prompt_len + len(action)
-        fault = "fault" in info
-        self.stats.faults += fault
-        done = terminated or truncated or fault
-        if not done and len(ep.transitions) >= ep.play.max_turns:
-            done, truncated = True, True
-        next_prompt = None
-        if not terminated and not fault:  # the state the episode goes on in (or was cut in)
-            if per_turn:
-                next_prompt = first_prompt(chat, cfg.view, obs)[0]
-            else:  # appended in place (copying the stream every turn would be quadratic in its length)
-                ep.stream += observation_suffix(chat, ep.num_messages, action, obs)
-                next_prompt = ep.stream
-        if not done:
-            if cfg.view == "chat_per_turn":  # the slot keeps the keys and values up to the template's first change
-                ep.cached = min(ep.cached, common_prefix(ep.stream, next_prompt), len(next_prompt) - 1)
-                if ep.prefix_key is not None and ep.cached < len(ep.prefix_key[-1]):
-                    ep.prefix_key = None
-            elif per_turn:
-                ep.cached, ep.prefix_key = 0, None
-            ep.stream = next_prompt
-            ep.num_messages = 0 if cfg.view == "per_turn" else len(obs)
-            if len(ep.stream) + cfg.max_new_tokens > cfg.max_episode_tokens:
-                self.stats.budget_truncations += 1
-                done, truncated = True, True
+            task, reset = self._waiting.pop(i)
+            info = b.infos[j]
+            self.stats.faults += "fault" in info
+            if reset:
+                self._resume(task, (b.obs[j], info))
             else:
-                self._begin_turn(ep)
-        if done:
-            self._finish(i, info, truncated=truncated, next_prompt=next_prompt if truncated else None)
+                self._resume(task, (b.obs[j], float(b.rewards[j]), bool(b.terminated[j]), bool(b.truncated[j]), info))
+        self._flush_env()
 
-    def _begin_turn(self, ep: _Live) -> None:
-        ep.prompt_len, ep.action, ep.logprobs, ep.versions, ep.phase = len(ep.stream), [], [], [], "extend"
+    def _open(self, unit: _Unit, tokens: Sequence[int], *, share: bool, spec: EpisodeSpec) -> Stream:
+        slot = self._free_slot(unit)
+        stream = Stream(slot, unit, spec.episode_id, spec.group_id, unit.version, StreamSegment(tokens), share=share)
+        self._live[slot] = stream
+        unit.streams.append(stream)
+        return stream
+
+    def _free_slot(self, unit: _Unit, shard: int | None = None) -> int:
+        for i in unit.slots:
+            if self._live[i] is None and (shard is None or self.slots.shard_of(i) == shard):
+                return i
+        raise ValueError(
+            f"rollout workflow {self.workflow.name!r} holds {len(unit.slots)} slots, all in use; open or fork fewer "
+            "streams at once (close one first) or give the workflow a larger width"
+        )
+
+    def _close(self, stream: Stream) -> None:
+        if stream.waiter is not None:
+            raise ValueError("close: the stream is generating")
+        if stream.slot >= 0:
+            self._live[stream.slot] = None
+            stream.slot, stream.phase = -1, "env"
+
+    def _new_segment(self, stream: Stream, tokens: Sequence[int], *, keep_prefix: bool) -> None:
+        tokens = list(tokens)
+        if keep_prefix:  # the slot keeps the keys and values up to the first token that differs
+            stream.cached = min(stream.cached, common_prefix(stream.tokens, tokens), len(tokens) - 1)
+            if stream.prefix_key is not None and stream.cached < len(stream.prefix_key[-1]):
+                stream.prefix_key = None
+        else:
+            stream.cached, stream.prefix_key = 0, None
+        stream.segment = StreamSegment(tokens)
+
+    def _fork(self, unit: _Unit, stream: Stream, *, episode_id: int | None) -> Stream:
+        if stream.waiter is not None:
+            raise ValueError("fork: the stream is generating; fork it between actions")
+        spec = next((s for s in unit.specs if s.episode_id == episode_id), None) if episode_id is not None else None
+        if episode_id is not None and spec is None:
+            raise ValueError(
+                f"fork: episode {episode_id} is not one of this run's {[s.episode_id for s in unit.specs]}"
+            )
+        slot = self._free_slot(unit, shard=self.slots.shard_of(stream.slot))
+        child = dataclasses.replace(
+            stream,
+            slot=slot,
+            segment=StreamSegment(stream.tokens),
+            episode_id=stream.episode_id if spec is None else spec.episode_id,
+            action=[],
+            logprobs=[],
+            versions=[],
+            share=False,
+            prefix_key=None,
+            waiter=None,
+        )
+        self._live[slot] = child
+        unit.streams.append(child)
+        if stream.cached:
+            self._forks.append((stream.slot, slot))
+        return child
+
+    def _fork_env(self, unit: _Unit, env: int) -> int:
+        if env in self._waiting:
+            raise ValueError(f"fork_env: env {env} is stepping; fork it between steps")
+        free = [e for e in unit.envs if e not in unit.envs_used]
+        if not free:
+            raise ValueError(f"rollout workflow {self.workflow.name!r} holds no free env to fork onto")
+        try:
+            state = self.pool.get_state(env)
+        except Exception as e:
+            raise TypeError(
+                f"env {self.env_name or '?'} cannot be copied (its get_state raised {type(e).__name__}: {e}); "
+                "ctx.fork_env needs an env whose get_state/set_state copy it"
+            ) from e
+        self.pool.set_state(free[0], state)
+        unit.envs_used.add(free[0])
+        return free[0]
+
+    def _turn_limit(self, spec: EpisodeSpec, turn: int) -> int:
         limit = self.cfg.max_new_tokens
         if self.turn_token_limit is not None:
-            limit = max(1, min(limit, int(self.turn_token_limit(ep.spec, len(ep.transitions)))))
-        ep.limit = limit
+            limit = max(1, min(limit, int(self.turn_token_limit(spec, turn))))
+        return limit
 
-    def _finish(self, i: int, info: dict, *, truncated: bool, next_prompt: list[int] | None = None) -> None:
-        ep = self._live[i]
-        stream = None
-        if self.cfg.view == "chat" and ep.transitions:
-            last = ep.transitions[-1]
-            stream = np.asarray(ep.stream[: last.prompt_len + last.action_ids.size], np.int32)
-            self.stats.stream_tokens += stream.size
-        self._finished[(ep.play.stream, ep.spec.episode_id)] = Episode(
-            ep.spec.episode_id,
-            ep.spec.group_id,
-            self.env_name,
-            ep.spec.seed,
-            ep.transitions,
-            success=bool(info.get("success", False)),
-            truncated=truncated,
-            fault=info.get("fault"),
-            stream=stream,
-            next_prompt=None if next_prompt is None or "fault" in info else np.asarray(next_prompt, np.int32),
-        )
-        self.stats.episodes += 1
-        self._live[i] = None
+    # -- the device side: prefill, decode, read ----------------------------------------------------------
 
     def _extend(self, model: Any, slots: list[int]) -> None:
         """Prefill each slot's new tokens (all but the last, which the decode chunk feeds); a group's first
-        prompt is prefilled once and copied into its peers' slots."""
+        prompt is prefilled once and copied into its peers' slots. Forks made since the last call are copied first."""
+        if self._forks:
+            forks, self._forks = self._forks, []
+            self.slots.copy([s for s, _ in forks], [d for _, d in forks])
         items, copies = [], []
         shard = self.slots.shard_of  # a prompt is copied within a shard (a row never leaves its device)
         holders = {
@@ -496,12 +661,12 @@ class RolloutEngine:
         }
         for i in slots:
             ep = self._live[i]
-            todo = ep.stream[ep.cached : -1]
+            todo = ep.tokens[ep.cached : -1]
             self.stats.recomputed_tokens += ep.redo  # the positions a publication dropped, computed again now
             ep.redo = 0
-            if ep.cached == 0 and not ep.transitions and not ep.action and self.cfg.view != "per_turn":
+            if ep.cached == 0 and ep.share and not ep.action:
                 # the keys and values of one policy version's first prompt of a group (of one step's stream)
-                ep.prefix_key = (ep.version, ep.play.stream, ep.spec.group_id, tuple(ep.stream))
+                ep.prefix_key = (ep.version, ep.play.stream, ep.group_id, tuple(ep.tokens))
                 src = holders.get((ep.prefix_key, shard(i)))
                 if src is not None and src != i:
                     copies.append((src, i))
@@ -512,7 +677,7 @@ class RolloutEngine:
             if todo:
                 items.append((i, todo, ep.cached))
             self.stats.prefill_tokens += 1  # the last token, fed by the decode chunk
-            ep.cached, ep.phase = len(ep.stream) - 1, "decode"
+            ep.cached, ep.phase = len(ep.tokens) - 1, "decode"
         real, computed = self.slots.extend(model, items)
         self.slots.copy([s for s, _ in copies], [d for _, d in copies])
         self.stats.prefill_tokens += real
@@ -523,12 +688,12 @@ class RolloutEngine:
         handle, rows = self.slots.decode(
             model,
             slots,
-            last=[e.stream[-1] for e in eps],
-            pos=[len(e.stream) - 1 for e in eps],
+            last=[e.tokens[-1] for e in eps],
+            pos=[len(e.tokens) - 1 for e in eps],
             ntok=[len(e.action) for e in eps],
             limit=[e.limit for e in eps],
-            episode=[e.spec.episode_id for e in eps],
-            turn=[len(e.transitions) for e in eps],
+            episode=[e.episode_id for e in eps],
+            turn=[e.draws for e in eps],
             key=play.key,
             sampling=play.sampling,
             stream=[e.play.stream for e in eps],
@@ -537,24 +702,27 @@ class RolloutEngine:
         return handle, rows
 
     def _take_actions(self, slots: list[int], dispatched: tuple[Any, int], version: int) -> None:
-        """Append each slot's new tokens (sampled by policy `version`); send every action that ended to its env."""
+        """Append each slot's new tokens (sampled by policy `version`); hand every action that ended to the task
+        awaiting it (in slot order), then send the env steps they ask for."""
         handle, rows = dispatched
         out = self.slots.fetch(handle)
         self.stats.decode_rows += rows * max((len(t) for t, _ in out), default=0)
-        send_ids, texts = [], []
+        ended = []
         for i, (toks, lps) in zip(slots, out):
             ep = self._live[i]
             self.stats.decode_active += len(toks)
             ep.action += toks.tolist()
             ep.logprobs += lps.tolist()
             ep.versions += [version] * len(toks)
-            ep.stream += toks.tolist()
-            ep.cached = len(ep.stream) - 1
+            ep.tokens.extend(toks.tolist())
+            ep.cached = len(ep.tokens) - 1
             stopped = self.chat.ends_with_stop(ep.action)
             if stopped or len(ep.action) >= ep.limit:
                 self.stats.truncated_actions += not stopped
-                ep.phase = "env"
-                send_ids.append(i)
-                texts.append(self.chat.action_text(ep.action) if stopped else self.cfg.invalid_action)
-        if send_ids:
-            self.pool.send(send_ids, texts)
+                ep.phase, ep.share, ep.draws = "env", False, ep.draws + 1
+                action = Generation(ep.action, ep.logprobs, ep.versions, stopped, ep.prompt_len, ep.segment)
+                task, ep.waiter = ep.waiter, None
+                ended.append((task, action))
+        for task, action in ended:
+            self._resume(task, action)
+        self._flush_env()

@@ -23,6 +23,15 @@ def _ids(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.int32).reshape(-1)
 
 
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play: its id, its group (episodes of a group share a start state) and seed."""
+
+    episode_id: int
+    group_id: int
+    seed: int
+
+
 @dataclass
 class Transition:
     """One turn: where its prompt ends (or the prompt itself), the action sampled, the reward the env returned."""

@@ -163,12 +163,10 @@ class Pipeline:
         """The sampler side's metrics of step `step` (after its update): its episodes', the engine's counters, the
         horizon and the curriculum's stage, the pool's faults, split meshes' publication."""
         side = self.side
-        out = episode_metrics(batch.played, "rollout") | side.engine.stats.as_metrics() | batch.metrics
+        out = episode_metrics(batch.played, "rollout") | side.engine.metrics() | batch.metrics
         out |= {
             "rollout/max_turns": float(side.horizon(step)),  # the env's limit, or the curriculum's below it
             "curriculum/stage": float(side.stage(step)),
-            "compile/rollout": float(side.engine.num_compilations),
-            "pool/faults_total": float(side.engine.pool.num_faults),
         }
         if side.publisher is not None:  # split meshes: the update's publication to the sampler's devices
             out |= {

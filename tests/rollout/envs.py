@@ -89,3 +89,10 @@ class StopEnv(Env):
 
     def step(self, action: str):
         return "ok", float(bool(action)), True, False, {"success": bool(action)}
+
+
+class NoCopyTalkEnv(TalkEnv):
+    """TalkEnv that cannot be copied (its state lives outside Python, as a browser's or a sandbox's)."""
+
+    def get_state(self):
+        raise NotImplementedError("the state lives in another process")

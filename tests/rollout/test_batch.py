@@ -164,12 +164,15 @@ def test_two_episodes_per_turn_view_exact_arrays_with_critic():
     assert p.metrics["batch/padding_frac"] == pytest.approx(1 - 18 / 32)
 
 
-def test_chat_view_refuses_non_extending_prompts():
+def test_chat_view_packs_a_prompt_that_does_not_extend_as_a_new_segment():
+    """A turn whose prompt does not extend the last prompt and action (a workflow's new segment: a summary, a fresh
+    template) starts a row of its own, with its own ids; the turns before it keep theirs."""
     a = owning_prompts(two_episodes()[0])
     a.transitions[1] = dataclasses.replace(a.transitions[1], prompt_len=6, prompt_ids=[9, 9, 9, 9, 9, 9])
-    with pytest.raises(ValueError, match="view='per_turn'"):
-        build_batch([a], view="chat")
-    build_batch([a], view="per_turn")  # fine as per-turn prompts
+    b = build_batch([a], view="chat")
+    assert [s.turns for s in b.segments] == [(0,), tuple(range(1, a.num_turns))]
+    second = b.segments[1]
+    assert second.tokens[:6].tolist() == [9] * 6 and not second.loss_mask[:6].any()
 
 
 def test_errors():

@@ -1,0 +1,337 @@
+"""Agent workflows: an episode's interaction as a coroutine the user writes, over the rollout engine.
+
+A workflow is an object with `async def run(ctx, spec)` (or, `grouped`, `run(ctx, specs)`: a whole group of
+episodes at once, e.g. tree rollouts) that plays one episode through its `Context` and returns its `Trajectory`
+(grouped: one per spec). The context offers:
+- `await ctx.reset(env)` / `await ctx.step(text, env)`: the env's reset and step through the `EnvPool` (a fault comes
+  back in `info["fault"]`, as from the pool; the episode decides what it means);
+- `ctx.open(tokens)`: a stream on a KV-cache slot, its first tokens; `ctx.append(stream, tokens)`: tokens after what
+  the stream holds (an observation: each token is prefilled once);
+- `await ctx.generate(stream)`: the next action sampled on the stream (batched by the engine with every other
+  waiting stream into its decode chunks); the `Generation` keeps each token's behaviour log-prob and policy version;
+- `ctx.new_segment(stream, tokens)`: the stream starts over with tokens that do not extend it (a summary, a fresh
+  template), on the same slot, keeping the keys and values of the prefix the two share;
+- `ctx.fork(stream)` / `ctx.fork_env(env)`: a second stream with the same tokens (the slot's row copied on the
+  device: nothing is prefilled again) and a copy of an env (`EnvPool.get_state`/`set_state`);
+- `await ctx.gather(*coroutines)`: several sub-coroutines of the episode run concurrently (forked branches);
+- `traj.record(action, reward)`: the action becomes a trained turn of the trajectory with the reward.
+
+Why coroutines driven by the engine and not an asyncio event loop: the engine's host loop is the scheduler. Each
+`await` on the context hands the engine a request (reset, step, generate, gather) and suspends the coroutine; the
+engine resumes it, on its own thread, at a fixed point of its rounds (an env result taken, an action's last token
+read). Nothing runs concurrently with the engine and nothing depends on timing, so a seed gives the same tokens
+whatever the pool's backend or the order results come in, as it did before workflows. A workflow must therefore
+await only the context (not asyncio, not threads: an env's slowness belongs in the env, behind the pool).
+
+A token's draws are keyed by (run key, the trajectory's episode id, the stream's draw count, index in the action):
+the draw count is the number of `generate` calls on the stream and the streams it was forked from, so the tokens
+never depend on slots, chunks or timing. Workflows are registered by name (`WORKFLOWS`); `--rollout.workflow NAME`
+picks one, and a module given with `--import` may register its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from jgem.registry import Registry
+from jgem.rollout.episode import Episode, EpisodeSpec, Transition
+
+Phase = Literal["env", "extend", "decode"]
+
+__all__ = [
+    "WORKFLOWS",
+    "Generation",
+    "Context",
+    "StreamSegment",
+    "Stream",
+    "Trajectory",
+    "Workflow",
+    "register_workflow",
+]
+
+
+class Workflow:
+    """The base of workflows. `grouped`: `run` gets a whole group's specs (they share a start state) and returns a
+    trajectory per spec. `width(group_size)`: the most KV slots (and envs) one run holds at once, reserved when it
+    starts (a fork takes one of them), so no episode waits for another's slot. `fork_envs`: whether it copies envs
+    (the engine checks the env can be copied before anything runs)."""
+
+    grouped: bool = False
+    name: str = ""
+
+    def width(self, group_size: int) -> int:
+        return 1
+
+    async def run(self, ctx: Context, spec: Any) -> Trajectory | Sequence[Trajectory]:
+        raise NotImplementedError
+
+    def check(self, cfg: Any) -> list[str]:
+        """Problems with running this workflow under `cfg` (a RolloutConfig), each a message; [] when it can run."""
+        return []
+
+
+WORKFLOWS: Registry[Workflow] = Registry("rollout workflow")
+register_workflow = WORKFLOWS.register
+
+
+class StreamSegment:
+    """A run of tokens that one stream holds from one position 0: the stream's tokens until it starts a new one."""
+
+    __slots__ = ("tokens",)
+
+    def __init__(self, tokens: Sequence[int]) -> None:
+        self.tokens = list(tokens)
+
+
+@dataclass(eq=False)
+class Stream:
+    """A token stream on a KV-cache slot (the scheduler's record; a workflow holds it as a handle and reads `tokens`).
+    The slot holds the keys and values of tokens[:cached]. `prompt_len`: where the action being sampled starts;
+    `draws`: the `generate` calls made on it (and on the streams it was forked from), which key its draws."""
+
+    slot: int
+    unit: Any  # the engine's record of the run that holds it
+    episode_id: int
+    group_id: int
+    version: int
+    segment: StreamSegment
+    phase: Phase = "env"
+    cached: int = 0
+    prompt_len: int = 0
+    action: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # the policy version of each action token
+    limit: int = 0
+    draws: int = 0
+    share: bool = False  # its first tokens may be copied from a group peer's slot (until its first action ends)
+    prefix_key: tuple | None = None  # (version, stream, group, first tokens) while the slot holds their keys/values
+    redo: int = 0  # positions a publication (stale_kv recompute) dropped, counted when they are prefilled again
+    waiter: Any = None  # the task awaiting its action
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.segment.tokens
+
+    @property
+    def play(self) -> Any:
+        return self.unit.play
+
+
+@dataclass
+class Generation:
+    """One sampled action: its token ids, each token's behaviour log-prob and policy version, whether it ended with a
+    stop token (False: cut at its token limit), and where it starts in its stream's segment."""
+
+    ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    stopped: bool
+    prompt_len: int
+    segment: StreamSegment
+
+    @property
+    def prompt(self) -> np.ndarray:
+        """The tokens the action was sampled after."""
+        return np.asarray(self.segment.tokens[: self.prompt_len], np.int32)
+
+
+@dataclass
+class _Turn:
+    action: Generation
+    reward: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Trajectory:
+    """What one episode trains on: its recorded turns (actions and rewards, in order) and its end. `own_prompts`:
+    each turn keeps its own prompt (the per-turn view's rows) even where the turns share one stream."""
+
+    def __init__(self, spec: EpisodeSpec, *, own_prompts: bool = False) -> None:
+        self.spec = spec
+        self.turns: list[_Turn] = []
+        self.success = False
+        self.truncated = False
+        self.fault: str | None = None
+        self.next_prompt: np.ndarray | None = None
+        self.own_prompts = own_prompts
+
+    def record(self, action: Generation, reward: float, info: dict[str, Any] | None = None) -> None:
+        """Train on `action` as this trajectory's next turn, with `reward` (returns are discounted over turns)."""
+        self.turns.append(_Turn(action, float(reward), dict(info or {})))
+
+    def set_reward(self, turn: int, reward: float) -> None:
+        """Replace the reward of recorded turn `turn` (a judge's score, a segment's outcome known later)."""
+        self.turns[turn].reward = float(reward)
+
+    def copy_for(self, spec: EpisodeSpec) -> Trajectory:
+        """A trajectory of `spec` holding this one's turns and end so far (a fork's branch trains the shared prefix
+        too)."""
+        other = Trajectory(spec, own_prompts=self.own_prompts)
+        other.turns = [_Turn(t.action, t.reward, dict(t.info)) for t in self.turns]
+        other.success, other.truncated, other.fault, other.next_prompt = (
+            self.success,
+            self.truncated,
+            self.fault,
+            self.next_prompt,
+        )
+        return other
+
+    def to_episode(self, env_name: str) -> Episode:
+        """The finished `Episode`: one token stream when every turn sits in one segment (the chat view's row),
+        else each turn owns its prompt (a view of its segment's tokens) and the batch packs runs of turns whose
+        prompts extend each other into one row (`jgem.rollout.batch.extending_runs`): a segment trains as its own
+        sample, with the exact ids its actions were sampled after."""
+        s = self.spec
+        stream = None
+        arrays: dict[int, np.ndarray] = {}
+        if self.turns and not self.own_prompts and self._one_stream():
+            last = self.turns[-1].action
+            stream = np.asarray(last.segment.tokens[: last.prompt_len + len(last.ids)], np.int32)
+        transitions = []
+        for k, t in enumerate(self.turns):
+            a = t.action
+            prompt = None
+            if stream is None:
+                seg = arrays.setdefault(id(a.segment), np.asarray(a.segment.tokens, np.int32))
+                prompt = seg[: a.prompt_len]  # a view: the episode's memory stays linear in its tokens
+            transitions.append(
+                Transition(
+                    s.episode_id,
+                    k,
+                    a.prompt_len,
+                    np.asarray(a.ids, np.int32),
+                    np.asarray(a.logprobs, np.float32),
+                    t.reward,
+                    stopped=a.stopped,
+                    info=t.info,
+                    versions=np.asarray(a.versions, np.int32),
+                    prompt_ids=prompt,
+                )
+            )
+        return Episode(
+            s.episode_id,
+            s.group_id,
+            env_name,
+            s.seed,
+            transitions,
+            success=self.success,
+            truncated=self.truncated,
+            fault=self.fault,
+            stream=stream,
+            next_prompt=None if self.next_prompt is None or self.fault else np.asarray(self.next_prompt, np.int32),
+        )
+
+    def _one_stream(self) -> bool:
+        """Whether every turn's prompt and action sit at their offsets in the last turn's segment (one segment, or a
+        fork's, whose tokens start with those of the stream it was forked from)."""
+        last = self.turns[-1].action.segment.tokens
+        ends: dict[int, tuple[list[int], int]] = {}
+        for t in self.turns:
+            a = t.action
+            ends[id(a.segment)] = (
+                a.segment.tokens,
+                max(ends.get(id(a.segment), ([], 0))[1], a.prompt_len + len(a.ids)),
+            )
+        return all(tokens is last or tokens[:end] == last[:end] for tokens, end in ends.values())
+
+
+class _Request:
+    """What an `await` on the context hands the engine: (kind, arguments); the engine sends back the answer."""
+
+    __slots__ = ("args", "kind")
+
+    def __init__(self, kind: str, *args: Any) -> None:
+        self.kind, self.args = kind, args
+
+    def __await__(self):
+        return (yield self)
+
+
+class Context:
+    """An episode's handle on the engine (one per `Workflow.run`): see the module docstring. `env` is the first env
+    the episode holds; `specs` the specs it plays (one, or a group's); `cfg` the RolloutConfig; `chat` the chat
+    format; `max_turns` the turn limit of the step; `stats` the engine's counters (a workflow may count its own
+    budget truncations there)."""
+
+    def __init__(self, engine: Any, unit: Any) -> None:  # the RolloutEngine and its record of the run
+        self._engine, self._unit = engine, unit
+        self.cfg, self.chat, self.stats = engine.cfg, engine.chat, engine.stats
+        self.env_name = engine.env_name
+        self.specs: tuple[EpisodeSpec, ...] = unit.specs
+        self.spec = unit.specs[0]
+        self.max_turns: int = unit.play.max_turns
+        self.env: int = unit.envs[0]
+
+    # -- envs -----------------------------------------------------------------------------------------
+
+    def reset(self, env: int | None = None, seed: int | None = None) -> Awaitable[tuple[Any, dict]]:
+        """Reset `env` (default: the episode's) with `seed` (default: the spec's); answers (obs, info)."""
+        return _Request("reset", self._env(env), self.spec.seed if seed is None else seed)
+
+    def step(self, text: str, env: int | None = None) -> Awaitable[tuple[Any, float, bool, bool, dict]]:
+        """Play `text` on `env`; answers (obs, reward, terminated, truncated, info)."""
+        return _Request("step", self._env(env), text)
+
+    def fork_env(self, env: int | None = None) -> int:
+        """A copy of `env` (not stepping) on one of the episode's reserved envs, in the same state."""
+        return self._engine._fork_env(self._unit, self._env(env))
+
+    def _env(self, env: int | None) -> int:
+        env = self.env if env is None else env
+        if env not in self._unit.envs:
+            raise ValueError(f"env {env} is not one of this episode's envs {self._unit.envs}")
+        return env
+
+    # -- streams --------------------------------------------------------------------------------------
+
+    def open(self, tokens: Sequence[int], *, share: bool = True, episode_id: int | None = None) -> Stream:
+        """A new stream on a free reserved slot, holding `tokens`. `share`: streams of a group with equal first
+        tokens (and policy version) prefill them once and copy the keys and values. `episode_id`: whose draws its
+        tokens are (default: the episode's)."""
+        spec = self.spec if episode_id is None else next(s for s in self.specs if s.episode_id == episode_id)
+        return self._engine._open(self._unit, tokens, share=share, spec=spec)
+
+    def append(self, stream: Stream, tokens: Sequence[int]) -> None:
+        """Tokens after what `stream` holds (prefilled with the next `generate`)."""
+        stream.segment.tokens += tokens
+
+    def generate(self, stream: Stream, max_tokens: int | None = None) -> Awaitable[Generation]:
+        """The next action on `stream`, at most `max_tokens` (default rollout.max_new_tokens) tokens."""
+        limit = self.cfg.max_new_tokens if max_tokens is None else max(1, min(int(max_tokens), self.cfg.max_new_tokens))
+        return _Request("generate", stream, limit)
+
+    def new_segment(self, stream: Stream, tokens: Sequence[int], *, keep_prefix: bool = True) -> None:
+        """`stream` starts over with `tokens` (a segment that does not extend the last one). With `keep_prefix`, the
+        slot keeps the keys and values of the leading tokens the two share (computed once, as the stream held them)."""
+        self._engine._new_segment(stream, tokens, keep_prefix=keep_prefix)
+
+    def fork(self, stream: Stream, *, episode_id: int | None = None) -> Stream:
+        """A stream holding `stream`'s tokens on another reserved slot: its keys and values are the slot's row copied
+        on the device (nothing prefilled again). `episode_id`: whose draws the fork's tokens are (a branch's)."""
+        return self._engine._fork(self._unit, stream, episode_id=episode_id)
+
+    def close(self, stream: Stream) -> None:
+        """Give `stream`'s slot back (a sub-agent done) for a later `open` or `fork` of this episode."""
+        self._engine._close(stream)
+
+    def gather(self, *coroutines: Coroutine) -> Awaitable[list[Any]]:
+        """Run `coroutines` (each awaiting only this context) concurrently; answers their results in order."""
+        return _Request("gather", coroutines)
+
+    # -- records --------------------------------------------------------------------------------------
+
+    def trajectory(self, spec: EpisodeSpec | None = None, *, own_prompts: bool = False) -> Trajectory:
+        return Trajectory(self.spec if spec is None else spec, own_prompts=own_prompts)
+
+    def text(self, action: Generation) -> str:
+        """What the env receives for `action`: its text, or rollout.invalid_action for one cut at its limit."""
+        return self.chat.action_text(action.ids) if action.stopped else self.cfg.invalid_action
+
+    def token_limit(self, turn: int, spec: EpisodeSpec | None = None) -> int:
+        """The token limit of turn `turn` of `spec` (default the episode's): the engine's `turn_token_limit`, within
+        rollout.max_new_tokens."""
+        return self._engine._turn_limit(self.spec if spec is None else spec, turn)

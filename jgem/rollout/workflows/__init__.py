@@ -1,0 +1,20 @@
+"""The shipped workflows (`jgem.rollout.workflow`), registered on import: `turns` (the default: observation ->
+action -> observation, in the config's view), `compact` (an agent that summarises its context into a new segment
+when the stream passes a budget) and `tree` (each group forks from one episode's state at a turn)."""
+
+from jgem.rollout.workflow import WORKFLOWS, Workflow
+from jgem.rollout.workflows import compact, tree, turns  # noqa: F401
+
+
+def get_workflow(name: str) -> Workflow:
+    """The workflow registered as `name`: a shipped one or one a module given with `--import` registered."""
+    return WORKFLOWS.get(name)
+
+
+def workflow_errors(cfg, name=str) -> list[str]:
+    """A config's check of its workflow: the name registered, and what the workflow says of the rollout config
+    (`Workflow.check`), each message naming the field as `name(field)`."""
+    errors = WORKFLOWS.name_errors(cfg.workflow, name("workflow"))
+    if errors:
+        return errors
+    return [f"{name('workflow')} {cfg.workflow}: {e}" for e in WORKFLOWS.get(cfg.workflow).check(cfg)]
