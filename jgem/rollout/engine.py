@@ -26,6 +26,7 @@ keeps the keys and values of those tokens and prefills the rest.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -108,6 +109,7 @@ class _Unit:
     slots: list[int]
     streams: list[Stream] = field(default_factory=list)
     tasks: list[_Task] = field(default_factory=list)  # its coroutines not finished (the root, gathered children)
+    lanes: dict[int, int] = field(default_factory=dict)  # episode id -> its streams so far (`RolloutEngine._lane`)
     envs_used: set[int] = field(default_factory=set)  # envs a task has reset, stepped or forked onto
 
 
@@ -281,7 +283,7 @@ class RolloutEngine:
         models = {v: nnx.split(m) if isinstance(m, nnx.Module) else m for v, m in models.items()}
         self._start_free()
         while True:
-            live = bool(self._units)
+            live = bool(self._units or self._queue)  # a queued run starts as soon as a run frees its share
             decoding = [i for i, x in enumerate(self._live) if x is not None and x.phase == "decode"]
             extending = [i for i, x in enumerate(self._live) if x is not None and x.phase == "extend"]
             wanted = until is None or not until()
@@ -376,9 +378,7 @@ class RolloutEngine:
 
     def _drop_work(self) -> None:
         """No episode queued or live (finished ones stay until taken)."""
-        for u in getattr(self, "_units", []):  # coroutines dropped mid-episode are closed (no "never awaited")
-            for t in u.tasks:
-                t.coro.close()
+        dropped = [t for u in getattr(self, "_units", []) for t in u.tasks]
         self._queue: deque[_Unit] = deque()
         self._units: list[_Unit] = []
         self._live: list[Stream | None] = [None] * self.pool.num_envs  # the stream of each slot
@@ -387,6 +387,9 @@ class RolloutEngine:
         self._resets: list[tuple[int, int | None]] = []  # env commands the tasks asked for, sent together
         self._sends: list[tuple[int, str]] = []
         self._forks: list[tuple[int, int]] = []  # (source slot, fork's slot), copied before the next programs
+        for t in dropped:  # coroutines dropped mid-episode are closed (no "never awaited"), whatever their code does
+            with contextlib.suppress(Exception):
+                t.coro.close()
 
     def _discard_in_flight(self) -> None:
         """Wait for the env commands in flight (the pool's timeouts bound each) and drop their results."""
@@ -564,11 +567,24 @@ class RolloutEngine:
         self._flush_env()
 
     def _open(self, unit: _Unit, tokens: Sequence[int], *, share: bool, spec: EpisodeSpec) -> Stream:
+        if not len(tokens):
+            raise ValueError(f"rollout workflow {self.workflow.name!r}: open a stream with at least one token")
         slot = self._free_slot(unit)
-        stream = Stream(slot, unit, spec.episode_id, spec.group_id, unit.version, StreamSegment(tokens), share=share)
+        segment = StreamSegment(tokens)
+        stream = Stream(slot, unit, spec.episode_id, spec.group_id, unit.version, segment, share=share)
+        stream.lane = self._lane(unit, spec.episode_id)
         self._live[slot] = stream
         unit.streams.append(stream)
         return stream
+
+    def _lane(self, unit: _Unit, episode_id: int) -> int:
+        """The next draw lane of `episode_id` in `unit`: the first stream of an episode draws on lane 0 (the keys of
+        the turn loop), a second stream or a fork of it on lanes 1, 2, ... (its own tokens, not the first's)."""
+        lane = unit.lanes.get(episode_id, 0)
+        unit.lanes[episode_id] = lane + 1
+        if lane >= 1 << 10:
+            raise ValueError(f"rollout workflow {self.workflow.name!r}: more than 1024 streams of episode {episode_id}")
+        return lane
 
     def _free_slot(self, unit: _Unit, shard: int | None = None) -> int:
         for i in unit.slots:
@@ -584,10 +600,16 @@ class RolloutEngine:
             raise ValueError("close: the stream is generating")
         if stream.slot >= 0:
             self._live[stream.slot] = None
+            self._forks = [(s, d) for s, d in self._forks if d != stream.slot]  # nothing to copy into a freed slot
             stream.slot, stream.phase = -1, "env"
 
     def _new_segment(self, stream: Stream, tokens: Sequence[int], *, keep_prefix: bool) -> None:
         tokens = list(tokens)
+        if not tokens or stream.slot < 0 or stream.waiter is not None:
+            raise ValueError(
+                f"rollout workflow {self.workflow.name!r}: new_segment needs at least one token, on an open stream "
+                "that is not generating"
+            )
         if keep_prefix:  # the slot keeps the keys and values up to the first token that differs
             stream.cached = min(stream.cached, common_prefix(stream.tokens, tokens), len(tokens) - 1)
             if stream.prefix_key is not None and stream.cached < len(stream.prefix_key[-1]):
@@ -597,8 +619,8 @@ class RolloutEngine:
         stream.segment = StreamSegment(tokens)
 
     def _fork(self, unit: _Unit, stream: Stream, *, episode_id: int | None) -> Stream:
-        if stream.waiter is not None:
-            raise ValueError("fork: the stream is generating; fork it between actions")
+        if stream.waiter is not None or stream.slot < 0:
+            raise ValueError("fork: the stream is generating or closed; fork an open stream between actions")
         spec = next((s for s in unit.specs if s.episode_id == episode_id), None) if episode_id is not None else None
         if episode_id is not None and spec is None:
             raise ValueError(
@@ -616,11 +638,15 @@ class RolloutEngine:
             share=False,
             prefix_key=None,
             waiter=None,
+            redo=0,  # the source counts its own recomputation
         )
+        child.lane = self._lane(unit, child.episode_id)
         self._live[slot] = child
         unit.streams.append(child)
         if stream.cached:
-            self._forks.append((stream.slot, slot))
+            # the source's row as it will be: a source forked since the last programs is itself a pending copy
+            src = next((s for s, d in reversed(self._forks) if d == stream.slot), stream.slot)
+            self._forks.append((src, slot))
         return child
 
     def _fork_env(self, unit: _Unit, env: int) -> int:
@@ -651,9 +677,8 @@ class RolloutEngine:
     def _extend(self, model: Any, slots: list[int]) -> None:
         """Prefill each slot's new tokens (all but the last, which the decode chunk feeds); a group's first
         prompt is prefilled once and copied into its peers' slots. Forks made since the last call are copied first."""
-        if self._forks:
-            forks, self._forks = self._forks, []
-            self.slots.copy([s for s, _ in forks], [d for _, d in forks])
+        forks, self._forks = self._forks, []  # in lockstep every process calls copy, with its forks or none
+        self.slots.copy([s for s, _ in forks], [d for _, d in forks])
         items, copies = [], []
         shard = self.slots.shard_of  # a prompt is copied within a shard (a row never leaves its device)
         holders = {
@@ -693,7 +718,7 @@ class RolloutEngine:
             ntok=[len(e.action) for e in eps],
             limit=[e.limit for e in eps],
             episode=[e.episode_id for e in eps],
-            turn=[e.draws for e in eps],
+            turn=[e.draws + (e.lane << 20) for e in eps],  # lane 0: the turn loop's keys
             key=play.key,
             sampling=play.sampling,
             stream=[e.play.stream for e in eps],

@@ -31,6 +31,7 @@ picks one, and a module given with `--import` may register its own.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -57,8 +58,8 @@ __all__ = [
 class Workflow:
     """The base of workflows. `grouped`: `run` gets a whole group's specs (they share a start state) and returns a
     trajectory per spec. `width(group_size)`: the most KV slots (and envs) one run holds at once, reserved when it
-    starts (a fork takes one of them), so no episode waits for another's slot. `fork_envs`: whether it copies envs
-    (the engine checks the env can be copied before anything runs)."""
+    starts (a fork takes one of them), so no episode waits for another's slot. `check(rollout config)`: what keeps
+    it from running under a config (the config's validation reports it, naming the flags)."""
 
     grouped: bool = False
     name: str = ""
@@ -107,6 +108,7 @@ class Stream:
     versions: list[int] = field(default_factory=list)  # the policy version of each action token
     limit: int = 0
     draws: int = 0
+    lane: int = 0  # which of its episode's streams it is: its draws' keys (0: the first, the turn loop's)
     share: bool = False  # its first tokens may be copied from a group peer's slot (until its first action ends)
     prefix_key: tuple | None = None  # (version, stream, group, first tokens) while the slot holds their keys/values
     redo: int = 0  # positions a publication (stale_kv recompute) dropped, counted when they are prefilled again
@@ -196,7 +198,9 @@ class Trajectory:
             a = t.action
             prompt = None
             if stream is None:
-                seg = arrays.setdefault(id(a.segment), np.asarray(a.segment.tokens, np.int32))
+                if id(a.segment) not in arrays:
+                    arrays[id(a.segment)] = np.asarray(a.segment.tokens, np.int32)
+                seg = arrays[id(a.segment)]
                 prompt = seg[: a.prompt_len]  # a view: the episode's memory stays linear in its tokens
             transitions.append(
                 Transition(
@@ -239,6 +243,10 @@ class Trajectory:
         return all(tokens is last or tokens[:end] == last[:end] for tokens, end in ends.values())
 
 
+async def _awaiting(request: Awaitable) -> Any:
+    return await request
+
+
 class _Request:
     """What an `await` on the context hands the engine: (kind, arguments); the engine sends back the answer."""
 
@@ -259,12 +267,17 @@ class Context:
 
     def __init__(self, engine: Any, unit: Any) -> None:  # the RolloutEngine and its record of the run
         self._engine, self._unit = engine, unit
-        self.cfg, self.chat, self.stats = engine.cfg, engine.chat, engine.stats
+        self.cfg, self.chat = engine.cfg, engine.chat
         self.env_name = engine.env_name
         self.specs: tuple[EpisodeSpec, ...] = unit.specs
         self.spec = unit.specs[0]
         self.max_turns: int = unit.play.max_turns
         self.env: int = unit.envs[0]
+
+    @property
+    def stats(self) -> Any:
+        """The engine's counters now (`RolloutStats`; the pipeline replaces them each step)."""
+        return self._engine.stats
 
     # -- envs -----------------------------------------------------------------------------------------
 
@@ -292,7 +305,11 @@ class Context:
         """A new stream on a free reserved slot, holding `tokens`. `share`: streams of a group with equal first
         tokens (and policy version) prefill them once and copy the keys and values. `episode_id`: whose draws its
         tokens are (default: the episode's)."""
-        spec = self.spec if episode_id is None else next(s for s in self.specs if s.episode_id == episode_id)
+        spec = self.spec if episode_id is None else next((s for s in self.specs if s.episode_id == episode_id), None)
+        if spec is None:
+            raise ValueError(
+                f"open: episode {episode_id} is not one of this run's {[s.episode_id for s in self.specs]}"
+            )
         return self._engine._open(self._unit, tokens, share=share, spec=spec)
 
     def append(self, stream: Stream, tokens: Sequence[int]) -> None:
@@ -318,9 +335,10 @@ class Context:
         """Give `stream`'s slot back (a sub-agent done) for a later `open` or `fork` of this episode."""
         self._engine._close(stream)
 
-    def gather(self, *coroutines: Coroutine) -> Awaitable[list[Any]]:
-        """Run `coroutines` (each awaiting only this context) concurrently; answers their results in order."""
-        return _Request("gather", coroutines)
+    def gather(self, *awaitables: Coroutine | Awaitable) -> Awaitable[list[Any]]:
+        """Run `awaitables` (coroutines awaiting only this context, or its requests: `ctx.generate(s)`) concurrently;
+        answers their results in order."""
+        return _Request("gather", tuple(a if inspect.iscoroutine(a) else _awaiting(a) for a in awaitables))
 
     # -- records --------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from jgem.rollout.workflows import get_workflow
 from tests.rollout import mp_engine_worker as worker
 from tests.rollout.envs import NoCopyTalkEnv, TalkEnv
 
-GUESS = "game:GuessTheNumber-v0-easy"
+pytestmark = pytest.mark.xdist_group("workflows")  # one worker: the engines share their compiled programs
 register("test:talk", TalkEnv, overwrite=True)
 register("test:talk-nocopy", NoCopyTalkEnv, overwrite=True)
 
@@ -83,8 +83,9 @@ def test_tree_forks_share_the_trunk_exactly_and_prefill_it_once(setup):
 
         engine._fork, engine.slots.extend = recording_fork, recording_extend
 
-    eps, engine = _play(setup, "test:talk", "tree", spy=spy, fork_turn=1)
-    assert len(forks) == 2 * 3  # two groups of four: three forks each
+    # four groups of four on 16 envs (seeds give 2-5 turns: the last group is cut by the limit of 4, branches too)
+    eps, engine = _play(setup, "test:talk", "tree", groups=4, num_envs=16, spy=spy, fork_turn=1)
+    assert len(forks) == 4 * 3  # three forks a group
     cache = engine.slots.cache
     for src, dst, cached in forks:
         assert cached > 0
@@ -92,18 +93,94 @@ def test_tree_forks_share_the_trunk_exactly_and_prefill_it_once(setup):
         for k, v in zip(cache.k, cache.v):
             np.testing.assert_array_equal(np.asarray(k[dst, :, :, :cached]), np.asarray(k[src, :, :, :cached]))
             np.testing.assert_array_equal(np.asarray(v[dst, :, :cached]), np.asarray(v[src, :, :cached]))
-    for g in range(2):
+    for g in range(4):
         group = [e for e in eps if e.group_id == g]
         trunk = group[0].stream[: group[0].transitions[1].prompt_len]
         for e in group:
             assert e.stream is not None and np.array_equal(e.stream[: trunk.size], trunk)
             assert np.array_equal(e.transitions[0].action_ids, group[0].transitions[0].action_ids)
         assert len({e.stream[trunk.size :].tobytes() for e in group}) > 1, "the branches drew the same tokens"
-    plain, plain_engine = _play(setup, "test:talk", "turns")
-    assert [e.num_turns for e in eps] == [e.num_turns for e in plain]  # TalkEnv: the seed sets the length
+    plain, plain_engine = _play(setup, "test:talk", "turns", groups=4, num_envs=16)
+    assert [e.num_turns for e in eps] == [e.num_turns for e in plain] == [2] * 4 + [3] * 4 + [4] * 8
     assert engine.stats.prefill_tokens < plain_engine.stats.prefill_tokens
-    again, _ = _play(setup, "test:talk", "tree", fork_turn=1)  # the same seed, the same branches
+    again, _ = _play(setup, "test:talk", "tree", groups=4, num_envs=16, fork_turn=1)  # the same seed, branches
     assert [e.stream.tobytes() for e in again] == [e.stream.tobytes() for e in eps]
+
+
+class ForkChain(Workflow):
+    """Test workflow: one turn on a stream, then a fork of it and a fork of the fork (both before any program runs),
+    then an action on each of the three: the streams of one episode on draw lanes 0, 1, 2."""
+
+    name = "test-fork-chain"
+
+    def width(self, group_size: int) -> int:
+        return 3
+
+    async def run(self, ctx, spec):
+        from jgem.rollout.workflows.turns import begin, turn
+
+        traj = ctx.trajectory()
+        p = await begin(ctx, traj)
+        assert not await turn(ctx, p)
+        a = ctx.fork(p.stream)
+        b = ctx.fork(a)
+        outs = await ctx.gather(*(ctx.generate(s) for s in (p.stream, a, b)))
+        traj.record(outs[0], 0.0)
+        ctx.stats.turns += 0  # the engine's counters of the step, through the context
+        return traj
+
+
+def test_a_fork_of_a_fork_holds_the_source_row_and_each_stream_draws_its_own_tokens(setup):
+    """`b = fork(fork(s))` before the copies run gets s's row (the pending copy resolved), and three streams of one
+    episode (draw lanes 0, 1, 2) sample different actions from the same state."""
+    forks, generations = [], []
+
+    def spy(engine):
+        fork, resume = engine._fork, engine._resume
+
+        def recording_fork(unit, stream, *, episode_id):
+            child = fork(unit, stream, episode_id=episode_id)
+            forks.append((stream.slot, child.slot, child.cached))
+            return child
+
+        def recording_resume(task, value):
+            if type(value).__name__ == "Generation":
+                generations.append(tuple(value.ids))
+            return resume(task, value)
+
+        engine._fork, engine._resume = recording_fork, recording_resume
+
+    eps, engine = _play(setup, "test:talk", ForkChain(), groups=1, group_size=1, num_envs=3, spy=spy)
+    (s, a, c1), (a2, b, c2) = forks
+    assert a2 == a and c1 == c2 > 0
+    for k, v in zip(engine.slots.cache.k, engine.slots.cache.v):
+        for dst in (a, b):
+            np.testing.assert_array_equal(np.asarray(k[dst, :, :, :c1]), np.asarray(k[s, :, :, :c1]))
+            np.testing.assert_array_equal(np.asarray(v[dst, :, :c1]), np.asarray(v[s, :, :c1]))
+    last3 = generations[-3:]
+    assert len(set(last3)) == 3, last3  # lanes 0, 1, 2: three different samples at temperature 1
+
+
+class Skips(Workflow):
+    """Test workflow: odd episodes return at once, without awaiting anything."""
+
+    name = "test-skips"
+
+    async def run(self, ctx, spec):
+        from jgem.rollout.workflows.turns import begin, turn
+
+        traj = ctx.trajectory()
+        if spec.episode_id % 2:
+            return traj
+        p = await begin(ctx, traj)
+        while p is not None and not await turn(ctx, p):
+            pass
+        return traj
+
+
+def test_runs_that_return_at_once_free_their_share_for_the_queued_ones(setup):
+    eps, _ = _play(setup, "test:talk", Skips(), groups=6, group_size=1, num_envs=2)
+    assert [e.num_turns > 0 for e in eps] == [True, False] * 3
 
 
 def test_an_env_that_cannot_be_copied_is_refused_naming_it(setup):
@@ -214,3 +291,21 @@ def test_bad_workflow_settings_are_refused_naming_the_flag(tmp_path, overrides, 
 
     with pytest.raises(ConfigError, match=message):
         validate(small_config(str(tmp_path), **overrides), 8)
+
+
+def test_the_quickstart_workflow_example_runs_as_written(setup, tmp_path, monkeypatch):
+    """docs/quickstart.md's `my_workflows.py`, imported as written, plays episodes that compact into segments."""
+    import importlib
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "quickstart.md").read_text()
+    (code,) = re.findall(r"```python\n(# my_workflows\.py\n.*?)```", text, re.S)
+    (tmp_path / "my_workflows.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("my_workflows")
+    try:
+        eps, _ = _play(setup, "test:talk", "my_compact", groups=4, group_size=1, num_envs=4, max_new_tokens=32)
+    finally:
+        WORKFLOWS._entries.pop("my_compact", None)
+    assert any(e.stream is None and len(extending_runs(e)) >= 2 for e in eps), [e.num_turns for e in eps]

@@ -41,10 +41,20 @@ class Tree(Workflow):
             done = await turn(ctx, p)
         if done:  # the game ended within the trunk: the group is that episode
             return [trunk] + [trunk.copy_for(s) for s in specs[1:]]
-        branches = [p] + [
-            Play(ctx.fork_env(p.env), ctx.fork(p.stream, episode_id=s.episode_id), trunk.copy_for(s), p.num_messages)
-            for s in specs[1:]
-        ]
+        branches = (
+            [p]
+            + [
+                Play(
+                    ctx.fork_env(p.env),
+                    ctx.fork(p.stream, episode_id=s.episode_id),
+                    trunk.copy_for(s),
+                    p.num_messages,
+                    obs=p.obs,
+                    steps=p.steps,  # the turn limit counts the trunk's turns
+                )
+                for s in specs[1:]
+            ]
+        )
         await ctx.gather(*(_play_out(ctx, b) for b in branches))
         return [b.traj for b in branches]
 
