@@ -361,15 +361,34 @@ def _documented_train_commands() -> list[tuple[dict[str, str], list[str]]]:
     return out
 
 
-def test_quickstart_train_commands_parse_and_validate():
+def test_quickstart_train_commands_parse_and_validate(tmp_path, monkeypatch):
     import tyro
 
     from experiments.configs import PRESETS
     from experiments.train import pop_imports
     from jgem.config import validate
+    from jgem.rollout.workflow import WORKFLOWS
 
+    # a module the page writes out (a ```python block opening with `# name.py`) is there for its commands' --import
+    text = (Path(__file__).resolve().parents[1] / "docs" / "quickstart.md").read_text()
+    written = dict(re.findall(r"```python\n# (\w+)\.py\n(.*?)```", text, re.S))
+    assert "my_workflows" in written
+    for name, code in written.items():
+        (tmp_path / f"{name}.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = set(WORKFLOWS.names())
     cmds = _documented_train_commands()
     assert len(cmds) >= 6
+    try:
+        _validate_commands(cmds, PRESETS, pop_imports, tyro, validate)
+    finally:  # what the page's modules registered leaves with them
+        for name in set(WORKFLOWS.names()) - before:
+            WORKFLOWS._entries.pop(name)
+        for name in written:
+            sys.modules.pop(name, None)
+
+
+def _validate_commands(cmds, PRESETS, pop_imports, tyro, validate) -> None:
     for env, argv in cmds:
         modules, argv = pop_imports(argv)
         cfg = tyro.extras.overridable_config_cli(PRESETS, args=argv, console_outputs=False)
