@@ -375,6 +375,7 @@ def test_quickstart_train_commands_parse_and_validate(tmp_path, monkeypatch):
     assert "my_workflows" in written
     for name, code in written.items():
         (tmp_path / f"{name}.py").write_text(code)
+        sys.modules.pop(name, None)  # imported afresh from here, registering what it registers
     monkeypatch.syspath_prepend(str(tmp_path))
     before = set(WORKFLOWS.names())
     cmds = _documented_train_commands()

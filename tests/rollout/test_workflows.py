@@ -297,6 +297,7 @@ def test_the_quickstart_workflow_example_runs_as_written(setup, tmp_path, monkey
     """docs/quickstart.md's `my_workflows.py`, imported as written, plays episodes that compact into segments."""
     import importlib
     import re
+    import sys
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "quickstart.md").read_text()
@@ -306,6 +307,7 @@ def test_the_quickstart_workflow_example_runs_as_written(setup, tmp_path, monkey
     importlib.import_module("my_workflows")
     try:
         eps, _ = _play(setup, "test:talk", "my_compact", groups=4, group_size=1, num_envs=4, max_new_tokens=32)
-    finally:
+    finally:  # the page's module leaves with what it registered (another test imports it afresh)
         WORKFLOWS._entries.pop("my_compact", None)
+        sys.modules.pop("my_workflows", None)
     assert any(e.stream is None and len(extending_runs(e)) >= 2 for e in eps), [e.num_turns for e in eps]
