@@ -1,27 +1,22 @@
-"""The rollout engine: continuous batching of multi-turn episodes over per-episode KV-cache slots.
+"""The rollout engine: the scheduler of episodes over per-episode KV-cache slots (continuous batching).
 
-Each env of the pool owns one slot of a `SlotEngine` (`jgem/rollout/slots.py`), which holds its live
-episode's whole token stream. The host loop, per round:
-1. takes whatever the pool has finished (`EnvPool.recv` partial batches; no env groups): a reset starts an
-   episode's first prompt, a step result records the turn and appends the new tokens to the stream (chat
-   view: the action's closing token if it was cut, then `ChatFormat.observation_tokens` of the new messages);
-2. prefills only those new tokens into their slots (`extend`), after what each slot already holds, so every
-   token of an episode is prefilled once. The episodes of a group share their first prompt: it is prefilled
-   into one slot and copied into the others;
-3. dispatches one decode chunk (a few steps) over the slots that are generating, and while the device runs,
-   takes more env results;
-4. reads the chunk's tokens: every action that ended (stop token or token limit) is decoded once and sent to
-   its env at once (`EnvPool.send`); no slot waits for another's generation or env step. A slot whose
-   episode ended is reset onto the next `EpisodeSpec`.
+How an episode interacts is a workflow (`jgem/rollout/workflow.py`): a coroutine the engine starts on the envs and
+slots it reserves and resumes when what it awaited is ready. The engine knows nothing of turns. Per round it:
+1. takes whatever the pool has finished (`EnvPool.recv` partial batches; no env groups) and resumes the tasks that
+   awaited those envs; the resets and steps they ask for go to the pool together;
+2. prefills only the new tokens of the streams that await an action (`extend`), after what each slot already holds,
+   so every token is prefilled once (a fork's row is copied first; a group's equal first prompt is prefilled into one
+   slot and copied into the others);
+3. dispatches one decode chunk (a few steps) per policy version over the generating slots, and while the device
+   runs, takes more env results;
+4. reads the chunk's tokens: every action that ended (stop token or token limit) goes to the task awaiting it, in
+   slot order; no slot waits for another's generation or env step. A run that returned frees its envs and slots
+   for the next queued one.
 
-A token's sampling key is a function of (run key, episode id, turn, index in the action), so the episodes do not
-depend on slots, chunks, arrival order or the pool's backend. `collect` plays a fixed list of specs to the end
-and leaves nothing in flight, so a checkpoint between steps is exact.
-
-The per-turn view (GEM's fresh template every turn) runs on the same loop, but a turn's prompt is not a prefix
-of the next one: each turn is a fresh prefill into the slot. The per-turn chat view renders the conversation afresh
-every turn too, but its prompt shares the previous prompt and action up to the template's first change: the slot
-keeps the keys and values of those tokens and prefills the rest.
+A token's sampling key is a function of (run key, episode id, draw count and lane, index in the action), so the
+episodes do not depend on slots, chunks, arrival order or the pool's backend. `collect` plays a fixed list of specs
+to the end and leaves nothing in flight, so a checkpoint between steps is exact. The default workflow (`turns`) is
+the turn loop of every view (`jgem/rollout/workflows/turns.py`).
 """
 
 from __future__ import annotations
@@ -100,7 +95,7 @@ class _Play:
 @dataclass(eq=False)
 class _Unit:
     """One run of the workflow (an episode, or a group of them): its specs, the envs and slots it holds (reserved
-    when it starts), the policy version its new streams sample with, its coroutine's context and its root task."""
+    when it starts), the policy version its new streams sample with, its streams and its unfinished tasks."""
 
     specs: tuple[EpisodeSpec, ...]
     play: _Play
@@ -419,7 +414,8 @@ class RolloutEngine:
         """Start the next queued runs on free envs and slots (each takes the workflow's width of both, its slots on
         one shard), and send the resets they ask for."""
         free_envs = [i for i, u in enumerate(self._env_unit) if u is None]
-        free_slots = [i for i, x in enumerate(self._live) if x is None and not self._reserved(i)]
+        reserved = {i for u in self._units for i in u.slots}
+        free_slots = [i for i in range(len(self._live)) if i not in reserved]  # a stream's slot is its run's
         started = []
         while self._queue:
             unit = self._queue[0]
@@ -441,9 +437,6 @@ class RolloutEngine:
             unit.tasks, unit.envs_used = [task], {unit.envs[0]}
             self._resume(task, None)
         self._flush_env()
-
-    def _reserved(self, slot: int) -> bool:
-        return any(slot in u.slots for u in self._units)
 
     def _slots_for(self, free: list[int], need: int) -> list[int] | None:
         """`need` of the `free` slots on one shard (the lowest), or None."""
