@@ -403,3 +403,46 @@ def test_chat_and_per_turn_views_give_the_same_loss_and_gradient():
     assert abs(float(lc)) > 1.0  # a real, non-trivial objective
     for a, b in zip(jax.tree.leaves(gc), jax.tree.leaves(gp), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=2e-6)
+
+
+@st.composite
+def segmented_episode(draw):
+    """A workflow's episode of 1-4 segments (each opening with its own marker token, so none extends the last
+    segment's prompt and action), 1-3 turns each; the turns own their prompts (views of their segment's ids).
+    Returns (episode, [(segment ids up to its last action, [(turn, action start, action end)])])."""
+    pieces, k = [], 0
+    for s in range(draw(st.integers(1, 4))):
+        seg = [1000 + s] + draw(st.lists(st.integers(1, 50), min_size=0, max_size=4))
+        turns = []
+        for j in range(draw(st.integers(1, 3))):
+            if j:  # an observation after the previous action
+                seg += draw(st.lists(st.integers(1, 50), min_size=1, max_size=3))
+            action = draw(st.lists(st.integers(51, 99), min_size=1, max_size=4))
+            turns.append((k, len(seg), len(seg) + len(action)))
+            seg += action
+            k += 1
+        pieces.append((np.asarray(seg, np.int32), turns))
+    transitions = []
+    for seg, turns in pieces:
+        for t, start, end in turns:
+            lps = [-0.1 * (t + 1)] * (end - start)
+            transitions.append(Transition(0, t, start, seg[start:end], lps, prompt_ids=seg[:start]))
+    return Episode(0, 0, "x", 0, transitions), [(seg, turns) for seg, turns in pieces]
+
+
+@settings(max_examples=60, deadline=None)
+@given(drawn=segmented_episode())
+def test_every_segment_of_a_workflows_episode_is_its_own_row_with_its_exact_ids(drawn):
+    """For any segments a workflow makes (chat view, no single stream): one packed segment per workflow segment, in
+    order, holding exactly its ids, the loss on exactly its actions, each action marked with its own turn."""
+    ep, pieces = drawn
+    p = build_batch([ep], view="chat", buckets=(64,))
+    assert len(p.segments) == len(pieces)
+    for seg, (ids, turns) in zip(p.segments, pieces, strict=True):
+        assert seg.turns == tuple(t for t, _, _ in turns)
+        np.testing.assert_array_equal(seg.tokens, ids)
+        mask = np.zeros(ids.size, bool)
+        for t, a, b in turns:
+            mask[a:b] = True
+            assert (seg.turn_of[a:b] == t).all()
+        np.testing.assert_array_equal(seg.loss_mask, mask)
