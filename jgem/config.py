@@ -211,6 +211,13 @@ class WarmStartConfig:
             return []
         from jgem.envs.games.solvers import has_solver, teachers
 
+        if _multiagent(env):  # a multi-agent game's teachers are its scripted players
+            from jgem.rollout.workflows.agents import _players
+
+            known = ["solver", *_players(env.env_id, None)]
+            if self.teacher not in known:
+                return [f"{name('teacher')} {self.teacher!r} is not a player of {env.env_id!r}; choose from {known}"]
+            return []
         if not has_solver(env.env_id):
             return [
                 f"{name('steps')} {self.steps} needs a game with a scripted solver, and {env.env_id!r} has none; "
@@ -632,9 +639,37 @@ def _workflow_errors(cfg: TrainConfig, name: FieldName) -> list[str]:
     from jgem.rollout.workflows import WORKFLOWS, workflow_errors
 
     errors = workflow_errors(cfg.rollout, _under("rollout", name))
-    if not errors and WORKFLOWS.get(cfg.rollout.workflow).grouped and cfg.group_size < 2:
+    if errors:
+        return errors
+    workflow, flag = WORKFLOWS.get(cfg.rollout.workflow), f"{name('rollout.workflow')} {cfg.rollout.workflow}"
+    errors += [f"{flag} " + e.format(group_size=name("group_size")) for e in workflow.group_errors(cfg.group_size)]
+    multi = _multiagent(cfg.env)
+    if multi and not workflow.raw_env:
         errors.append(
-            f"{name('rollout.workflow')} {cfg.rollout.workflow} plays a group's episodes from one state, so it needs "
-            f"{name('group_size')} >= 2 (a grouped algorithm: grpo, drgrpo, rloo), got {cfg.group_size}"
+            f"{name('env.env_id')} {cfg.env.env_id} is a multi-agent game; play it with {name('rollout.workflow')} "
+            f"agents (self-play, or --rollout.opponent NAME for a scripted player), not {cfg.rollout.workflow}"
+        )
+    if workflow.raw_env and multi is False:
+        errors.append(f"{flag} plays multi-agent games (multi:*), and {cfg.env.env_id} has one agent")
+    if workflow.raw_env and (cfg.env.tools or cfg.env.system_prompt):
+        errors.append(
+            f"{flag} renders each seat's messages from the game's own observations: drop {name('env.tools')} and "
+            f"{name('env.system_prompt')}"
         )
     return errors
+
+
+def _multiagent(env: EnvConfig) -> bool | None:
+    """Whether `env`'s id builds a multi-agent game; None when it cannot be told here (an id this process does not
+    know, a factory that is not a class)."""
+    import inspect
+
+    from jgem.envs.multiagent.base import MultiAgentEnv
+    from jgem.registry import import_modules, spec
+
+    try:
+        import_modules(env.imports)
+        entry = spec(env.env_id).load()
+    except (KeyError, ImportError, AttributeError, ValueError):
+        return None
+    return issubclass(entry, MultiAgentEnv) if inspect.isclass(entry) else None

@@ -181,7 +181,7 @@ def test_the_documented_remote_commands_budget_fits_babyais_first_prompts() -> N
     cfg = train_cli.parse(words[words.index("experiments.train") + 1 :])
     chat = chat_format(cfg, load_tokenizer(cfg.model.tokenizer_path))
     env = jgem.make(cfg.env.env_id)
-    for wrap in pool_wrappers(cfg.env, cfg.rollout.view):
+    for wrap in pool_wrappers(cfg.env, cfg.rollout):
         env = wrap(env)
     longest = max(len(first_prompt(chat, cfg.rollout.view, env.reset(seed=s)[0])[0]) for s in range(200))
     assert longest + cfg.rollout.max_new_tokens <= cfg.rollout.max_episode_tokens // 2  # room for a few turns too

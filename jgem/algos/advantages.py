@@ -100,6 +100,28 @@ def rebn(rewards, turn_mask, *, gamma: float = 1.0, eps: float = 1e-6, **_) -> A
     return Advantages(jnp.where(turn_mask, (g - mean) / (std + eps), 0.0), g)
 
 
+@register_advantage("rae")
+def rae(rewards, turn_mask, *, role_ids=None, gamma: float = 1.0, eps: float = 1e-6, **_) -> Advantages:
+    """Role-conditioned advantages (SPIRAL's RAE, as ReBN per role): A_t = (G_t - mean_r G) / (std_r G + eps), the
+    statistics over every real turn of the batch's episodes of the same role r (seat of a multi-agent game). One role:
+    exactly `rebn`. SPIRAL keeps an exponential moving average of each role's return across steps; jgem's estimators
+    are pure functions of the batch, so the baseline is the batch's (a batch of many games estimates the same mean
+    without state to checkpoint), and the scale is normalised per role as ReBN does for one."""
+    _require("rae", role_ids=role_ids)
+    g = discounted_returns(rewards, turn_mask, gamma)
+    E = rewards.shape[0]
+    roles = jnp.where(turn_mask, jnp.clip(role_ids, 0, E - 1)[:, None], E)  # E: no role (masked turns)
+    per_role = lambda x, op: op(x.reshape(-1), roles.reshape(-1), num_segments=E + 1)
+    # shifted by each role's largest return, so equal returns give exactly their mean and a std of exactly 0
+    shift = jnp.where(turn_mask, per_role(jnp.where(turn_mask, g, -jnp.inf), jax.ops.segment_max)[roles], 0.0)
+    m = turn_mask.astype(jnp.float32)
+    d = jnp.where(turn_mask, g - shift, 0.0)
+    n = jnp.maximum(per_role(m, jax.ops.segment_sum), 1.0)
+    dmean = (per_role(d, jax.ops.segment_sum) / n)[roles]
+    std = jnp.sqrt(per_role(jnp.square(d - dmean) * m, jax.ops.segment_sum) / n)[roles]
+    return Advantages(jnp.where(turn_mask, (d - dmean) / (std + eps), 0.0), g)
+
+
 def _grouped(name, rewards, turn_mask, group_ids, gamma, eps, mode) -> Advantages:
     _require(name, group_ids=group_ids)
     g, ret, valid = _episode_returns(rewards, turn_mask, gamma)

@@ -70,6 +70,7 @@ def get_algorithm(name: str) -> Algorithm:
 for _a in (
     Algorithm("rebn", "rebn", summary="REINFORCE with Return Batch Normalization (GEM): any gamma, per-turn rewards"),
     Algorithm("reinforce", "reinforce", summary="REINFORCE: A_t = G_t, the discounted return"),
+    Algorithm("rae", "rae", summary="Role-conditioned advantages (SPIRAL's RAE) for multi-agent games: ReBN per seat"),
     Algorithm("grpo", "grpo", grouped=True, summary="GRPO: episode return normalised within its group"),
     Algorithm("drgrpo", "drgrpo", grouped=True, summary="Dr. GRPO: return minus its group's mean, no std"),
     Algorithm("rloo", "rloo", grouped=True, summary="RLOO: return minus the mean of the group's other episodes"),

@@ -38,6 +38,7 @@ class StepInputs:
                                               -1 elsewhere
     rewards f32[E, K], turn_mask bool[E, K]   per-turn rewards of every episode (all processes': E is global)
     group_ids i32[E]                          episodes of one start state share an id
+    role_ids i32[E]                           the seat each episode played in a multi-agent game (0 otherwise)
     value_mask bool[B, T] | None              the last prompt token of each turn, where a critic scores it (critic only)
     bootstrap_tokens, bootstrap_positions, bootstrap_segment_ids i32[Bb, Tb] | None
                                               the prompts of the states truncated episodes were cut in, packed into
@@ -55,6 +56,7 @@ class StepInputs:
     rewards: jax.Array
     turn_mask: jax.Array
     group_ids: jax.Array
+    role_ids: jax.Array | None = None
     value_mask: jax.Array | None = None
     bootstrap_tokens: jax.Array | None = None
     bootstrap_positions: jax.Array | None = None
@@ -137,6 +139,7 @@ def prepare(state: TrainState, sb: StepInputs, spec: StepSpec) -> TrainBatch:
         sb.rewards,
         sb.turn_mask,
         group_ids=sb.group_ids,
+        role_ids=sb.role_ids,
         gamma=spec.gamma,
         lam=spec.lam,
         kl_coef=spec.reward_kl_coef,

@@ -3,6 +3,7 @@
 from jgem.envs import (
     agentgym,  # noqa: F401  agentgym:*
     games,  # noqa: F401  game:*
+    multiagent,  # noqa: F401  multi:*
     suites,  # noqa: F401  math:*, code:*, qa:*, rg:*
     web,  # noqa: F401  web:*, agentgym:WebArena-v0
 )

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from jgem.core import Env
+from jgem.envs.multiagent.base import check_actions
 from jgem.envs.pool_commands import EnvFactory, Result, close_quietly, exception_fault, fault_result, run_command
 from jgem.envs.pool_workers import ProcessBackend
 from jgem.registry import import_modules, spec
@@ -378,14 +379,20 @@ class EnvPool:
         self._mark_busy(ids, "reset")
         self._backend.submit(ids, "reset", seeds)
 
-    def send(self, env_ids: Sequence[int], actions: Sequence[str]) -> None:
-        """Queue one action per env; each env must have no command in flight."""
+    def send(self, env_ids: Sequence[int], actions: Sequence[str | dict[str, str]]) -> None:
+        """Queue one action per env (a str; a multi-agent env's: a dict of agent name -> str); each env must have
+        no command in flight."""
         ids = self._check_ids(env_ids, "send")
         if len(actions) != len(ids):
             raise ValueError(f"send got {len(actions)} actions for {len(ids)} env ids; pass exactly one action per env")
         for k, a in enumerate(actions):
-            if not isinstance(a, str):
-                raise TypeError(f"send: action {k} (env {ids[k]}) must be a str, got {type(a).__name__} {a!r:.60}")
+            if isinstance(a, dict):
+                check_actions(a, f"send: action {k} (env {ids[k]})")
+            elif not isinstance(a, str):
+                raise TypeError(
+                    f"send: action {k} (env {ids[k]}) must be a str (a dict of str for a multi-agent env), got "
+                    f"{type(a).__name__} {a!r:.60}"
+                )
         self._mark_busy(ids, "send")
         self._backend.submit(ids, "step", actions)
 
@@ -414,7 +421,7 @@ class EnvPool:
             self._backend.poll(ready, 0, 0.0)  # whatever else has finished by now comes along
         return self._take(list(islice(ready, n)))
 
-    def step(self, env_ids: Sequence[int], actions: Sequence[str]) -> EnvResults:
+    def step(self, env_ids: Sequence[int], actions: Sequence[str | dict[str, str]]) -> EnvResults:
         """Send, then wait for exactly these envs; rows are ordered as `env_ids`."""
         self.send(env_ids, actions)
         ids = [int(i) for i in env_ids]

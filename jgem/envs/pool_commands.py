@@ -87,6 +87,10 @@ def check_result(env: Env, kind: str, obs: Any, reward: Any, terminated: Any, tr
     if not isinstance(info, dict):
         raise InvalidResult(f"{where} returned info of type {type(info).__name__}; it must be a dict")
     if kind == "reset":
+        if isinstance(obs, dict):  # a multi-agent env: per-agent dicts, packed into one row
+            with contextlib.suppress(TypeError):
+                _OBS_TYPES[env] = dict
+            return _packed(kind, obs, reward, terminated, truncated, info, where)
         if not isinstance(obs, (str, list)):
             raise InvalidResult(
                 f"{where} returned an observation of type {type(obs).__name__}; use str (or a list of messages)"
@@ -98,6 +102,8 @@ def check_result(env: Env, kind: str, obs: Any, reward: Any, terminated: Any, tr
     if not isinstance(obs, expected):
         names = expected.__name__ if isinstance(expected, type) else "str or list"
         raise InvalidResult(f"{where} returned an observation of type {type(obs).__name__}; its reset returned {names}")
+    if isinstance(obs, dict):
+        return _packed(kind, obs, reward, terminated, truncated, info, where)
     if isinstance(reward, _FLAGS) or not isinstance(reward, (int, float, np.integer, np.floating)):
         raise InvalidResult(
             f"{where} returned reward {reward!r:.80} of type {type(reward).__name__}; it must be a float"
@@ -111,6 +117,15 @@ def check_result(env: Env, kind: str, obs: Any, reward: Any, terminated: Any, tr
                 f"{where} returned {name}={flag!r:.80} of type {type(flag).__name__}; it must be a bool"
             )
     return obs, reward, bool(terminated), bool(truncated), info
+
+
+def _packed(kind: str, *result: Any) -> tuple:
+    from jgem.envs.multiagent.base import pack
+
+    try:
+        return pack(kind, *result)
+    except ValueError as e:
+        raise InvalidResult(str(e)) from None
 
 
 def _weakrefable(env: Env) -> bool:
@@ -139,7 +154,7 @@ def run_command(env: Env, env_id: int, kind: str, arg: Any) -> Result:
         if not _unpacking_error(e):
             raise
         raise InvalidResult(f"{env!r}.reset must return (obs, info): {e}") from e
-    obs, *_, info = check_result(env, kind, obs, 0.0, False, False, info)
+    obs, *_, info = check_result(env, kind, obs, None, None, None, info)
     return (env_id, obs, 0.0, False, False, info, True)
 
 

@@ -64,6 +64,15 @@ class RolloutConfig:
     compact_tokens: int = 0
     # tree rollouts: the turns the group's trunk plays before it forks into the group's episodes
     fork_turn: int = 1
+    # multi-agent games (workflow "agents"): who plays the seats the policy does not: "self" (every seat is the
+    # policy, each trained as its own role: a group is a whole number of games), or a scripted player of the game
+    # (its module's PLAYERS: minimax, nash, ...; each episode one game, the policy at one seat)
+    opponent: str = "self"
+    # with a scripted opponent, the policy's seat: "alternate" (episode k plays seat k mod the seats) or an agent name
+    seat: str = "alternate"
+    # the scripted player evaluations play against (at alternating seats), whatever `opponent` trains against; "":
+    # the game's first player (its module's PLAYERS)
+    eval_opponent: str = ""
 
     def __post_init__(self) -> None:
         if self.view not in VIEWS:

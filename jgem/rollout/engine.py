@@ -86,6 +86,7 @@ class _Play:
     max_turns: int
     sampling: Sampling
     key_id: int = 0  # equal keys, equal ids (`RolloutEngine._key_id`)
+    evaluation: bool = False  # an evaluation's episodes (a workflow may play them otherwise: `Context.evaluating`)
 
     @property
     def group(self) -> tuple[int, Sampling]:
@@ -192,6 +193,7 @@ class RolloutEngine:
         max_turns: int,
         greedy: bool | None = None,
         version: int = 0,
+        evaluation: bool = False,
     ) -> list[Episode]:
         """Play every spec to its end (or `max_turns`, or a token budget); episodes in `specs` order. `model`: an
         nnx module or `(graphdef, state)`; `greedy` overrides the config's for this call (evaluation); `version`: the
@@ -203,7 +205,7 @@ class RolloutEngine:
             raise ValueError("collect needs an idle pool; recv() the commands in flight first")
         self.stats = RolloutStats()
         try:
-            self.submit(specs, rng, max_turns=max_turns, greedy=greedy, version=version)
+            self.submit(specs, rng, max_turns=max_turns, greedy=greedy, version=version, evaluation=evaluation)
             self.run({version: model})
         except Exception:  # an env or a prompt that cannot be played: the next collect starts afresh
             self._drop_work()
@@ -224,6 +226,7 @@ class RolloutEngine:
         greedy: bool | None = None,
         version: int = 0,
         front: bool = False,
+        evaluation: bool = False,
     ) -> None:
         """Queue `specs` to be played by policy `version` (a key of the models `run` is given), their tokens drawn
         from `key` (`stream` k >= 0: from fold_in(key, k), so several steps' episodes, each with its step's stream,
@@ -239,7 +242,7 @@ class RolloutEngine:
         if len(set(ids)) != len(ids) or taken & set(ids):
             raise ValueError("submit: episode ids repeat; each spec needs its own episode_id (it keys the sampling)")
         sampling = self.cfg.sampling if greedy is None else dataclasses.replace(self.cfg.sampling, greedy=greedy)
-        self._last_play = play = _Play(key, stream, max_turns, sampling, self._key_id(key))
+        self._last_play = play = _Play(key, stream, max_turns, sampling, self._key_id(key), evaluation)
         units = [_Unit(g, play, version, [], []) for g in self._runs(specs)]
         for u in units:
             need = self.workflow.width(len(u.specs))

@@ -94,6 +94,7 @@ class Episode:
     fault: str | None = None
     stream: np.ndarray | None = None
     next_prompt: np.ndarray | None = None
+    role: int = 0  # which seat of a multi-agent game it played (a per-role estimator's baseline; 0 for one agent)
 
     def __post_init__(self) -> None:
         if self.next_prompt is not None:
@@ -155,8 +156,8 @@ class Episode:
 def turn_arrays(
     episodes: list[Episode], *, num_turns: int | None = None, num_rows: int | None = None
 ) -> dict[str, np.ndarray]:
-    """Turn-level arrays for the advantage estimators: rewards f32[E, K], turn_mask bool[E, K] and
-    group_ids i32[E] (a critic's values come from the device step, `jgem.algos.step`).
+    """Turn-level arrays for the advantage estimators: rewards f32[E, K], turn_mask bool[E, K], group_ids i32[E]
+    and role_ids i32[E] (a critic's values come from the device step, `jgem.algos.step`).
 
     `num_turns` / `num_rows` pad K / E to fixed sizes (padded entries are masked out) so the jitted
     estimators compile once per shape.
@@ -171,11 +172,13 @@ def turn_arrays(
     rewards = np.zeros((E, K), np.float32)
     mask = np.zeros((E, K), bool)
     group_ids = np.full((E,), -1, np.int32)
+    role_ids = np.zeros((E,), np.int32)
     for i, e in enumerate(episodes):
         rewards[i, : e.num_turns] = e.rewards
         mask[i, : e.num_turns] = True
         group_ids[i] = e.group_id
+        role_ids[i] = e.role
     # padded rows get unique negative groups so they never join a real group
     pad = np.arange(len(episodes), E)
     group_ids[pad] = -1 - pad
-    return {"rewards": rewards, "turn_mask": mask, "group_ids": group_ids}
+    return {"rewards": rewards, "turn_mask": mask, "group_ids": group_ids, "role_ids": role_ids}

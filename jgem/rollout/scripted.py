@@ -111,3 +111,104 @@ def scripted_episodes(
         )
     env.close()
     return episodes
+
+
+def scripted_agent_episodes(
+    env_id: str,
+    specs: Sequence[EpisodeSpec],
+    chat: ChatFormat,
+    *,
+    view: View = "chat",
+    max_turns: int = 100,
+    epsilon: float = 0.0,
+    teacher: str = "solver",
+    seed: int = 0,
+    env_kwargs: dict | None = None,
+) -> list[Episode]:
+    """Multi-agent games played by the game's scripted `teacher` (a name in its module's `PLAYERS`; "solver": the
+    first) at every seat; spec k is one game, and its episode is the turns of seat k mod the seats, rendered as the
+    `agents` workflow renders a seat's conversation (its first observation, then per action the observations since
+    its last one as one message). With probability `epsilon` a teacher's move is a random legal one."""
+    from jgem.rollout.workflows.agents import _players, seat_message
+
+    if view not in ("chat", "chat_per_turn"):
+        raise ValueError(f"multi-agent games render chat views only, not {view!r}")
+    players = _players(env_id, None)
+    name = next(iter(players), None) if teacher == "solver" else teacher
+    if name not in players:
+        raise KeyError(f"no scripted player {teacher!r} for {env_id!r}; its players: {', '.join(players) or 'none'}")
+    env = make(env_id, **(env_kwargs or {}))
+    episodes = []
+    for spec in specs:
+        rng = np.random.default_rng([seed, spec.episode_id])
+        obs, infos = env.reset(seed=spec.seed)
+        agents = list(obs)
+        me = agents[spec.episode_id % len(agents)]
+        bots = {}
+        for i, a in enumerate(agents):
+            cls = players[name].get(a) if isinstance(players[name], dict) else players[name]
+            if cls is None:
+                raise KeyError(f"scripted player {name!r} of {env_id!r} does not play seat {a!r}")
+            bots[a] = cls(np.random.default_rng([seed, spec.episode_id, i]))
+            bots[a].reset(a, obs[a], infos[a])
+        messages: list[dict[str, str]] = []
+        stream: list[int] | None = None
+        prompt: list[int] = []
+        num_messages = 0
+        transitions: list[Transition] = []
+        waiting: list[str] = [obs[me]]
+        last_ids: list[int] = []
+        steps, truncated, last_info = 0, False, infos[me]
+        while env.active_agents():
+            active = env.active_agents()
+            if me in active and waiting:  # what came since its last action (or the reset), as one message
+                messages.append(seat_message(waiting))
+                if not transitions:
+                    prompt, num_messages = first_prompt(chat, view, messages)
+                    stream = list(prompt) if view == "chat" else None
+                elif stream is not None:
+                    stream.extend(observation_suffix(chat, num_messages, last_ids, messages))
+                else:
+                    prompt = first_prompt(chat, view, messages)[0]
+                num_messages, waiting = len(messages), []
+            actions = {}
+            for a in active:
+                actions[a] = env.sample_agent_action(a) if epsilon and rng.random() < epsilon else bots[a].act()
+            obs, rewards, _, _, infos = env.step(actions)
+            steps += 1
+            if me in actions:
+                ids = chat.action_ids(actions[me])
+                k, logprobs = len(transitions), np.zeros(len(ids), np.float32)
+                if stream is not None:
+                    transitions.append(Transition(spec.episode_id, k, len(stream), ids, logprobs, 0.0))
+                    stream.extend(ids)
+                else:
+                    transitions.append(
+                        Transition(spec.episode_id, k, len(prompt), ids, logprobs, 0.0, prompt_ids=prompt)
+                    )
+                messages.append({"role": "assistant", "content": actions[me]})
+                last_ids = list(ids)
+            if transitions and rewards.get(me):
+                transitions[-1].reward += float(rewards[me])
+            for a in obs:
+                bots[a].update(obs[a], infos[a])
+            if me in obs:
+                waiting.append(obs[me])
+                last_info = infos[me]
+            if env.active_agents() and steps >= max_turns:
+                truncated = True
+                break
+        episode = Episode(
+            spec.episode_id,
+            spec.group_id,
+            env_id,
+            spec.seed,
+            transitions,
+            success=last_info.get("outcome") in ("win", "success") and bool(transitions),
+            truncated=truncated,
+            stream=None if stream is None else np.asarray(stream, np.int32),
+            role=agents.index(me),
+        )
+        episodes.append(episode)
+    env.close()
+    return episodes

@@ -63,9 +63,18 @@ class Workflow:
 
     grouped: bool = False
     name: str = ""
+    # the episode renders its own chat messages from the env's raw observations (a multi-agent game's per-agent
+    # dicts): the pool's envs get no chat-view wrapper
+    raw_env: bool = False
 
     def width(self, group_size: int) -> int:
         return 1
+
+    def group_errors(self, group_size: int) -> list[str]:
+        """What is wrong with `group_size` for this workflow (a grouped one plays a group from one state: >= 2)."""
+        return [f"plays a group's episodes from one state, so it needs {{group_size}} >= 2, got {group_size}"] * (
+            self.grouped and group_size < 2
+        )
 
     async def run(self, ctx: Context, spec: Any) -> Trajectory | Sequence[Trajectory]:
         raise NotImplementedError
@@ -160,6 +169,7 @@ class Trajectory:
         self.fault: str | None = None
         self.next_prompt: np.ndarray | None = None
         self.own_prompts = own_prompts
+        self.role = 0  # the seat it played in a multi-agent game (a per-role estimator's baseline)
 
     def record(self, action: Generation, reward: float, info: dict[str, Any] | None = None) -> None:
         """Train on `action` as this trajectory's next turn, with `reward` (returns are discounted over turns)."""
@@ -227,6 +237,7 @@ class Trajectory:
             fault=self.fault,
             stream=stream,
             next_prompt=None if self.next_prompt is None or self.fault else np.asarray(self.next_prompt, np.int32),
+            role=self.role,
         )
 
     def _one_stream(self) -> bool:
@@ -273,6 +284,8 @@ class Context:
         self.spec = unit.specs[0]
         self.max_turns: int = unit.play.max_turns
         self.env: int = unit.envs[0]
+        self.envs: tuple[int, ...] = tuple(unit.envs)  # every env the run holds (its width)
+        self.evaluating: bool = unit.play.evaluation  # an evaluation's episodes (not trained on)
 
     @property
     def stats(self) -> Any:
@@ -285,8 +298,11 @@ class Context:
         """Reset `env` (default: the episode's) with `seed` (default: the spec's); answers (obs, info)."""
         return _Request("reset", self._env(env), self.spec.seed if seed is None else seed)
 
-    def step(self, text: str, env: int | None = None) -> Awaitable[tuple[Any, float, bool, bool, dict]]:
-        """Play `text` on `env`; answers (obs, reward, terminated, truncated, info)."""
+    def step(
+        self, text: str | dict[str, str], env: int | None = None
+    ) -> Awaitable[tuple[Any, float, bool, bool, dict]]:
+        """Play `text` on `env`; answers (obs, reward, terminated, truncated, info). A multi-agent env takes the joint
+        action (a dict of agent -> text) and answers its packed row (`jgem.envs.multiagent.AgentsStep.unpack`)."""
         return _Request("step", self._env(env), text)
 
     def fork_env(self, env: int | None = None) -> int:

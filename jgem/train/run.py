@@ -42,7 +42,7 @@ from jgem.models.config import ModelConfig, preset
 from jgem.models.hf import load_pretrained
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
 from jgem.models.transformer import Transformer, init_model
-from jgem.rollout.config import MAX_RESAMPLE_ROUNDS
+from jgem.rollout.config import MAX_RESAMPLE_ROUNDS, RolloutConfig
 from jgem.rollout.engine import EpisodeSpec, RolloutEngine, wrappers_for_view
 from jgem.rollout.episode import Episode
 from jgem.rollout.views import first_prompt
@@ -171,7 +171,7 @@ class Run:
             num_workers=env.num_workers,
             step_timeout=env.step_timeout,
             env_kwargs=dict(env.env_kwargs),
-            wrappers=pool_wrappers(env, self.cfg.rollout.view),
+            wrappers=pool_wrappers(env, self.cfg.rollout),
             remote_urls=env.remote_urls,
             remote_token=env.read_remote_token(),  # read here, never kept in the config
             imports=env.imports,
@@ -258,6 +258,7 @@ class Run:
             max_turns=self.horizon(step, eval=eval),
             greedy=cfg.eval_greedy if eval else None,
             version=version,
+            evaluation=eval,
         )
 
     def restore_policy(self, checkpoints: str | Path, step: int) -> None:
@@ -280,9 +281,14 @@ class Run:
             self.pool.close()
 
 
-def pool_wrappers(env: EnvConfig, view: str) -> tuple[Callable[[Any], Any], ...]:
-    """The wrappers around each of the pool's envs: the run's tools, then what the chat view needs."""
-    return tool_wrapper(env) + tuple(wrappers_for_view(view, env.system_prompt))
+def pool_wrappers(env: EnvConfig, rollout: RolloutConfig) -> tuple[Callable[[Any], Any], ...]:
+    """The wrappers around each of the pool's envs: the run's tools, then what the chat view needs (none for a
+    workflow that renders the env's raw observations itself: a multi-agent game's)."""
+    from jgem.rollout.workflows import get_workflow
+
+    if get_workflow(rollout.workflow).raw_env:
+        return tool_wrapper(env)
+    return tool_wrapper(env) + tuple(wrappers_for_view(rollout.view, env.system_prompt))
 
 
 def chat_format(cfg: TrainConfig, tokenizer: Any) -> ChatFormat:
@@ -322,7 +328,7 @@ def check_first_prompt(cfg: TrainConfig, chat: ChatFormat) -> None:
     the remote backend: one create, reset and close on the first server). An env that fails here is left to the
     pool, which counts its faults; the engine refuses any later first prompt that does not fit, as a ConfigError."""
     env, rollout = cfg.env, cfg.rollout
-    factory = EnvFactory(env.env_id, dict(env.env_kwargs), pool_wrappers(env, rollout.view), imports=env.imports)
+    factory = EnvFactory(env.env_id, dict(env.env_kwargs), pool_wrappers(env, rollout), imports=env.imports)
     if env.backend == "remote":
         urls = env.remote_urls
         factory = dataclasses.replace(
@@ -342,7 +348,10 @@ def check_first_prompt(cfg: TrainConfig, chat: ChatFormat) -> None:
     except Exception as e:  # noqa: BLE001 - the pool meets it again and reports it as a fault
         log.info("the first prompt's token budget is not checked: %s failed to reset (%s)", env.env_id, e)
         return
-    tokens = len(first_prompt(chat, rollout.view, obs)[0])
+    if isinstance(obs, dict):  # a multi-agent game: each seat's first prompt is its own observation
+        tokens = max(len(first_prompt(chat, rollout.view, [{"role": "user", "content": o}])[0]) for o in obs.values())
+    else:
+        tokens = len(first_prompt(chat, rollout.view, obs)[0])
     if tokens + rollout.max_new_tokens > rollout.max_episode_tokens:
         budget, new = field_ref("rollout.max_episode_tokens"), field_ref("rollout.max_new_tokens")
         raise ConfigError(

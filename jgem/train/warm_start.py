@@ -19,7 +19,7 @@ from jgem.envs.with_tools import tool_wrapper
 from jgem.models.tokenizer import ChatFormat
 from jgem.rollout.engine import EpisodeSpec
 from jgem.rollout.episode import Episode
-from jgem.rollout.scripted import scripted_episodes
+from jgem.rollout.scripted import scripted_agent_episodes, scripted_episodes
 from jgem.train.evaluate import episode_metrics
 from jgem.train.learn import Learner, check_finite_loss
 from jgem.train.transport import InProcess
@@ -37,6 +37,12 @@ class Teacher:
     max_turns: int
     share: Callable[[int], tuple[int, int]]
 
+    @property
+    def multiagent(self) -> bool:
+        from jgem.rollout.workflows import get_workflow
+
+        return get_workflow(self.cfg.rollout.workflow).raw_env
+
     def games(self, s: int) -> list[Episode]:
         """Warm-start step `s`'s games on this process: its share, numbered over all processes as `Run.specs`
         numbers RL's (they need no model)."""
@@ -44,6 +50,18 @@ class Teacher:
         n, procs = ws.episodes_per_step, jax.process_count()
         first, count = self.share(n)
         specs = [EpisodeSpec(i, i, TEACHER_SEED_OFFSET + s * n * procs + i) for i in range(first, first + count)]
+        if self.multiagent:
+            return scripted_agent_episodes(
+                cfg.env.env_id,
+                specs,
+                self.chat,
+                view=cfg.rollout.view,
+                max_turns=self.max_turns,
+                epsilon=ws.epsilon,
+                teacher=ws.teacher,
+                seed=s,
+                env_kwargs=dict(cfg.env.env_kwargs),
+            )
         return scripted_episodes(
             cfg.env.env_id,
             specs,

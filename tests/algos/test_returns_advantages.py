@@ -99,6 +99,24 @@ def test_returns_reinforce_rebn_match_numpy(ep):
 
 @settings(max_examples=25, deadline=None)
 @given(episodes())
+def test_rae_is_rebn_within_each_role(ep):
+    """RAE (multi-agent games): each role's turns whitened by that role's own return statistics; one role: ReBN."""
+    r, m, groups, gamma = ep
+    roles = (groups // 7) % 2  # two seats, drawn
+    g = np_returns(r, m, gamma)
+    want = np.zeros_like(g)
+    for role in (0, 1):
+        sel = m & (roles == role)[:, None]
+        if sel.any():
+            want[sel] = np_whiten(g, sel)[sel]
+    a = jitted["rae"](r, m, role_ids=roles, gamma=gamma).advantages
+    np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-4)
+    one = jitted["rae"](r, m, role_ids=np.zeros_like(roles), gamma=gamma).advantages
+    np.testing.assert_allclose(one, jitted["rebn"](r, m, gamma=gamma).advantages, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(episodes())
 def test_group_estimators_match_numpy(ep):
     r, m, groups, gamma = ep
     for name in ("grpo", "drgrpo", "rloo"):
@@ -186,12 +204,12 @@ def test_equal_returns_zero_advantage_the_issue_case():
 
 
 def test_registry_names_and_errors():
-    assert set(ADVANTAGES) == {"reinforce", "rebn", "grpo", "drgrpo", "rloo", "reinforce_pp", "gae"}
+    assert set(ADVANTAGES) == {"reinforce", "rebn", "rae", "grpo", "drgrpo", "rloo", "reinforce_pp", "gae"}
     with pytest.raises(ValueError, match="unknown advantage estimator 'ppo'.*choose one of"):
         get_advantage_fn("ppo")
     assert ADVANTAGES.name_errors("grpo", "algorithm") == []
     assert ADVANTAGES.name_errors("grpoo", "--algorithm") == [
-        "--algorithm 'grpoo' is unknown; choose one of reinforce, rebn, grpo, drgrpo, rloo, reinforce_pp, gae"
+        "--algorithm 'grpoo' is unknown; choose one of reinforce, rebn, rae, grpo, drgrpo, rloo, reinforce_pp, gae"
     ]
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import jgem
 from jgem.core import Env
+from jgem.envs.multiagent.base import MultiAgentEnv
 from jgem.envs.pool import EnvPool
 from jgem.registry import spec
 
@@ -47,6 +48,14 @@ def _env_class(env_id: str) -> type[Env]:
 def test_every_env_refuses_non_string_actions(env_id: str) -> None:
     cls = _env_class(env_id)
     bare = cls.__new__(cls)
+    if issubclass(cls, MultiAgentEnv):  # a joint action: a dict of agent -> str, and nothing else
+        for action in BAD_ACTIONS:
+            if not isinstance(action, dict):
+                with pytest.raises(TypeError, match=f"takes a dict of agent name -> text, got {type(action).__name__}"):
+                    cls.step(bare, action)
+            with pytest.raises(TypeError, match=f"agent 'a' must be a str, got {type(action).__name__}"):
+                cls.step(bare, {"a": action})
+        return
     for action in BAD_ACTIONS:
         with pytest.raises(TypeError, match=f"an action must be a str, got {type(action).__name__}"):
             cls.step(bare, action)
@@ -69,7 +78,9 @@ def test_pool_refuses_non_string_actions_at_send() -> None:
     with EnvPool("game:GuessTheNumber-v0-easy", 2, backend="inline") as pool:
         pool.reset(seeds=[0, 1])
         pool.recv()
-        with pytest.raises(TypeError, match=r"action 1 \(env 1\) must be a str, got int"):
+        with pytest.raises(
+            TypeError, match=r"action 1 \(env 1\) must be a str \(a dict of str for a multi-agent env\), got int"
+        ):
             pool.send([0, 1], ["\\boxed{3}", 3])
         assert pool.num_in_flight == 0
 

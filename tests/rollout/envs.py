@@ -7,6 +7,7 @@ import time
 
 from jgem.core import Env
 from jgem.envs.games.guess_the_number import GuessTheNumberEnv
+from jgem.envs.multiagent.base import AgentSelector, MultiAgentEnv
 
 
 class FlakyGuessEnv(GuessTheNumberEnv):
@@ -96,3 +97,63 @@ class NoCopyTalkEnv(TalkEnv):
 
     def get_state(self):
         raise NotImplementedError("the state lives in another process")
+
+
+class SecretsEnv(MultiAgentEnv):
+    """Two agents, "a" and "b", take turns (3 moves each, 2 + seed % 3 for b): any text is a move. Each has a private
+    secret word only its own observations name; each observation states the other's last message length. Rewards:
+    the mover gets 0.1 per move; when b's last move ends the game, a gets +1 and b -1 (a reward a seat earns in a
+    step it did not act in)."""
+
+    SECRETS = ("apple", "banana", "cherry", "damson", "elder", "fig")
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.possible_agents = ["a", "b"]
+        self.agent_selector = AgentSelector(self.possible_agents)
+        super().__init__(seed=seed)
+        self.secret: dict[str, str] = {}
+        self.moves = {"a": 0, "b": 0}
+        self.limit = 3
+        self.heard = ""
+
+    def _reset(self) -> None:
+        pick = self.np_random.permutation(len(self.SECRETS))[:2]
+        self.secret = {"a": f"SECRET-{self.SECRETS[pick[0]]}", "b": f"SECRET-{self.SECRETS[pick[1]]}"}
+        self.moves, self.heard = {"a": 0, "b": 0}, ""
+        self.limit = 2 + int(self.np_random.integers(3))
+
+    def observe(self, agent: str) -> str:
+        return f"You are {agent}; your secret is {self.secret[agent]}. {self.heard}"
+
+    def _process_actions(self, actions):
+        ((agent, text),) = actions.items()
+        self.moves[agent] += 1
+        self.heard = f"{agent} said {len(text)} characters."
+        rewards = {agent: 0.1}
+        if agent == "b" and self.moves["b"] >= self.limit:
+            self.end()
+            rewards = {"a": 1.0, "b": -0.9}
+            return {}, rewards, {}, {}, {"a": {"outcome": "win"}, "b": {"outcome": "loss"}}
+        return {}, rewards, {}, {}, {}
+
+    def sample_agent_action(self, agent: str) -> str:
+        return "x" * int(self.np_random.integers(1, 9))
+
+
+class EchoPlayer:
+    """A scripted SecretsEnv player: says how long its last observation was."""
+
+    def __init__(self, rng) -> None:
+        self.rng = rng
+
+    def reset(self, agent, obs, info) -> None:
+        self.last = obs
+
+    def update(self, obs, info) -> None:
+        self.last = obs
+
+    def act(self) -> str:
+        return f"heard {len(self.last)}"
+
+
+PLAYERS = {"echo": EchoPlayer}

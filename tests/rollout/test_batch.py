@@ -112,7 +112,7 @@ def test_turn_arrays_pad_and_mask():
     np.testing.assert_array_equal(t["rewards"], [[0, 1, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
     np.testing.assert_array_equal(t["turn_mask"], [[1, 1, 0], [1, 0, 0], [0, 0, 0], [0, 0, 0]])
     np.testing.assert_array_equal(t["group_ids"], [7, 7, -3, -4])
-    assert set(t) == {"rewards", "turn_mask", "group_ids"}
+    assert set(t) == {"rewards", "turn_mask", "group_ids", "role_ids"}
     with pytest.raises(ValueError, match="longest episode"):
         turn_arrays([a], num_turns=1)
 

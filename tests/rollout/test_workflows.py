@@ -54,8 +54,8 @@ def _play(setup, env, workflow, *, groups=2, group_size=4, num_envs=8, max_turns
 
 def test_the_default_workflow_is_turns_and_workflows_are_named():
     assert RolloutConfig().workflow == "turns"
-    assert get_workflow("turns").name == "turns" and {"turns", "compact", "tree"} <= set(WORKFLOWS.names())
-    with pytest.raises(ValueError, match="unknown rollout workflow 'nope'; choose one of turns"):
+    assert get_workflow("turns").name == "turns" and {"turns", "compact", "tree", "agents"} <= set(WORKFLOWS.names())
+    with pytest.raises(ValueError, match="unknown rollout workflow 'nope'; choose one of .*turns"):
         get_workflow("nope")
 
 

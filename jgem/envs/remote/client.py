@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 
-from jgem.core import Env, EnvFault, JgemError, StepResult
+from jgem.core import Env, EnvFault, JgemError, StepResult, check_action
+from jgem.envs.multiagent.base import check_actions
 from jgem.envs.remote.protocol import INSTANCE_HEADER, bearer
 
 _RETRY_STATUS = {502, 503, 504}
@@ -149,10 +150,16 @@ class RemoteEnv(Env):
                 errors.append(f"{self.base_url}: {e}")
                 continue
             self._seq, self._running, self._last_obs = 0, True, out["observation"]
+            if isinstance(out["observation"], dict):  # a multi-agent env: GEM's per-agent infos
+                return out["observation"], out["info"]["agents"]
             return out["observation"], out["info"]
         raise EnvFault(f"no env server could reset {self.env_id!r}: " + "; ".join(errors))
 
-    def step(self, action: str) -> StepResult:
+    def step(self, action: str | dict[str, str]) -> StepResult:  # type: ignore[override]
+        if isinstance(action, dict):
+            check_actions(action, repr(self))
+        else:
+            check_action(action)
         if not self._running:
             raise JgemError(f"{self!r}: step() without a running episode; call reset() first")
         self._seq += 1
@@ -162,10 +169,25 @@ class RemoteEnv(Env):
             if isinstance(e, _Gone):
                 self._id = None  # the server lost it: the next reset creates a new one
             self._running = False
-            return self._last_obs, 0.0, False, True, {"fault": f"{self.base_url}: {e}"}
+            fault = {"fault": f"{self.base_url}: {e}"}
+            if isinstance(self._last_obs, dict):
+                agents = list(self._last_obs)
+                return (
+                    self._last_obs,
+                    dict.fromkeys(agents, 0.0),
+                    dict.fromkeys(agents, False),
+                    dict.fromkeys(agents, True),
+                    {a: dict(fault) for a in agents},
+                )
+            return self._last_obs, 0.0, False, True, fault
         self._last_obs = out["observation"]
         self._running = not out["done"]
+        if isinstance(out["observation"], dict):  # a multi-agent env: GEM's five dicts
+            info = out["info"]
+            return out["observation"], info["rewards"], info["terminations"], info["truncations"], info["agents"]
         return out["observation"], out["reward"], out["terminated"], out["truncated"], out["info"]
+
+    step._jgem_checks_action = True  # type: ignore[attr-defined]  # checked above: a str, or a dict of str
 
     def get_state(self) -> dict[str, Any]:
         """A handle to a server-side snapshot (the state itself stays on the server)."""

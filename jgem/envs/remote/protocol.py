@@ -11,7 +11,19 @@ jgem's additions: POST /batch/create {"count", "env_id"?, "env_kwargs"?} -> {"id
 POST /snapshot {"id"} -> {"snapshot"}, POST /restore {"id", "snapshot"}, GET /health, GET /metrics.
 
 A StepPayload is {"observation", "reward", "score", "done", "terminated", "truncated", "info"}: AgentGym's
-four fields plus GEM's. `seq` numbers the steps of one episode (1, 2, ...): a retried step with the
+four fields plus GEM's.
+
+Multi-agent envs (`jgem.envs.multiagent`) extend the contract with an agent field:
+  POST /step {"id", "action": {agent: text, ...}, "seq"?}   the joint action of every active agent -> StepPayload
+      packed as the pool packs it: "observation" a dict per agent, "reward" the sum, "done" the episode is over,
+      "info" {"agents": per-agent infos (each with "active": acts next), "rewards", "terminations", "truncations"}
+  POST /step {"id", "action": text, "agent", "seq"?}         one agent's action (an agent as its own client): the env
+      steps when every active agent has sent its own; the answer is that agent's view (a StepPayload of its own
+      observation, reward, flags and info, plus "agent" and "seq"), or {"waiting_for": [agents], "seq"} until then
+  GET  /observation?id=N&agent=A                             agent A's view of the last reset or step (private:
+      only A's observation and info)
+/reset answers the packed payload. A retried agent action with the number of the step that applied it answers
+that agent's view again. `seq` numbers the steps of one episode (1, 2, ...): a retried step with the
 number of the last applied step returns that step's result again instead of stepping twice.
 """
 

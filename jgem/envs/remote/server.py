@@ -137,8 +137,9 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
         data_idx: int | None = None  # AgentGym's name for the task index; used as the seed
 
     class StepBody(IdBody):
-        action: str
+        action: str | dict[str, str]  # a dict: a multi-agent env's joint action
         seq: int | None = None
+        agent: str | None = None  # a multi-agent env: the action is this agent's alone
 
     class RestoreBody(IdBody):
         snapshot: str
@@ -251,7 +252,7 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
 
     @app.post("/step", dependencies=guarded)
     def step(body: StepBody) -> dict:
-        return svc.step(body.id, body.action, body.seq)
+        return svc.step(body.id, body.action, body.seq, body.agent)
 
     @app.post("/batch/reset", dependencies=guarded)
     def batch_reset(body: BatchReset) -> dict:
@@ -259,11 +260,11 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
 
     @app.post("/batch/step", dependencies=guarded)
     def batch_step(body: BatchStep) -> dict:
-        return {"results": batch(lambda b: svc.step(b.id, b.action, b.seq), body.items)}
+        return {"results": batch(lambda b: svc.step(b.id, b.action, b.seq, b.agent), body.items)}
 
     @app.get("/observation", dependencies=guarded)
-    def observation(id: int) -> dict:
-        return {"observation": svc.observation(id)}
+    def observation(id: int, agent: str | None = None) -> dict:
+        return {"observation": svc.observation(id)} if agent is None else svc.observation(id, agent)
 
     @app.post("/close", dependencies=guarded)
     def close(body: IdBody) -> dict:

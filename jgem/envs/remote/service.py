@@ -7,6 +7,7 @@ never interleave (requests for different envs run in parallel in the server's th
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 import uuid
@@ -59,6 +60,9 @@ class _Slot:
     needs_reset: bool = True
     score: float = 0.0
     last_obs: Any = ""
+    # a multi-agent env: each agent's view of the last reset/step, and the actions of a step being gathered
+    views: dict[str, dict] = field(default_factory=dict)
+    pending: dict[str, str] = field(default_factory=dict)
 
 
 def resolve_env_ids(patterns: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -207,13 +211,20 @@ class EnvService:
             except Exception as e:
                 raise self._fault(slot, idx, "reset", e) from e
             slot.seq, slot.score, slot.needs_reset, slot.last_obs = 0, 0.0, False, obs
-            slot.last_result = None
+            slot.last_result, slot.pending, slot.views = None, {}, {}
             with self._lock:
                 self.counters["resets"] += 1
+            if isinstance(obs, dict):  # a multi-agent env
+                return self._agents_payload(slot, idx, "reset", (obs, None, None, None, info))
             return step_payload(obs, 0.0, False, False, info, 0.0)
 
-    def step(self, idx: int, action: str, seq: int | None = None) -> dict:
+    def step(self, idx: int, action: str | dict[str, str], seq: int | None = None, agent: str | None = None) -> dict:
+        """One step: `action` a str, or for a multi-agent env the joint action (a dict of agent -> str). With
+        `agent`, `action` is that agent's alone: the env steps once every active agent has sent its own, and the
+        answer is the agent's view of that step (or `{"waiting_for": [...]}` until then)."""
         slot = self._slot(idx)
+        if agent is not None:
+            return self._agent_step(slot, idx, agent, action, seq)
         with slot.lock:
             if seq is not None and seq == slot.seq and slot.last_result is not None:
                 with self._lock:
@@ -229,23 +240,93 @@ class EnvService:
                     f"step seq {seq} for env {idx} is out of order: the last applied step is "
                     f"{slot.seq}, so the next must be {slot.seq + 1}",
                 )
-            try:
-                obs, reward, terminated, truncated, info = slot.env.step(action)
-            except Exception as e:
-                raise self._fault(slot, idx, "step", e) from e
-            slot.seq += 1
-            slot.score += float(reward)
-            slot.last_obs = obs
-            slot.needs_reset = bool(terminated or truncated)
-            slot.last_result = step_payload(obs, reward, terminated, truncated, info, slot.score)
-            with self._lock:
-                self.counters["steps"] += 1
-            return slot.last_result
+            return self._apply(slot, idx, action)
 
-    def observation(self, idx: int) -> Any:
+    def _apply(self, slot: _Slot, idx: int, action: str | dict[str, str]) -> dict:
+        """Step the env (the slot's lock held) and record the result."""
+        if isinstance(action, dict) != isinstance(slot.last_obs, dict):
+            what = "a dict of agent -> text" if isinstance(slot.last_obs, dict) else "a str"
+            raise ServiceError(400, f"env {idx} ({slot.env_id}) takes {what} as its action")
+        try:
+            result = slot.env.step(action)
+        except (TypeError, ValueError) as e:
+            if isinstance(action, dict):  # a wrong joint action (a missing or extra agent) is the client's error
+                raise ServiceError(400, f"env {idx} ({slot.env_id}) refused the joint action: {e}") from e
+            raise self._fault(slot, idx, "step", e) from e
+        except Exception as e:
+            raise self._fault(slot, idx, "step", e) from e
+        slot.seq += 1
+        slot.pending = {}
+        with self._lock:
+            self.counters["steps"] += 1
+        if isinstance(action, dict):
+            slot.last_result = self._agents_payload(slot, idx, "step", result)
+            return slot.last_result
+        obs, reward, terminated, truncated, info = result
+        slot.score += float(reward)
+        slot.last_obs = obs
+        slot.needs_reset = bool(terminated or truncated)
+        slot.last_result = step_payload(obs, reward, terminated, truncated, info, slot.score)
+        return slot.last_result
+
+    def _agents_payload(self, slot: _Slot, idx: int, kind: str, result: tuple) -> dict:
+        """A multi-agent result checked and packed (one payload, the observation a dict per agent), and each
+        agent's own view of it kept for `/observation?agent=`."""
+        from jgem.envs.multiagent.base import pack
+
+        try:
+            obs, reward, over, truncated, info = pack(kind, *result, f"env {idx} ({slot.env_id}).{kind}")
+        except ValueError as e:
+            raise self._fault(slot, idx, kind, e) from e
+        slot.score += reward
+        slot.last_obs, slot.needs_reset = obs, over
+        for a in obs:
+            before = slot.views.get(a, {}).get("score", 0.0) if kind == "step" else 0.0
+            r = info["rewards"][a]
+            view = step_payload(
+                obs[a], r, info["terminations"][a], info["truncations"][a], info["agents"][a], before + r
+            )
+            slot.views[a] = {**view, "agent": a, "seq": slot.seq}
+        return step_payload(obs, reward, over, truncated, info, slot.score)
+
+    def _agent_step(self, slot: _Slot, idx: int, agent: str, action: Any, seq: int | None) -> dict:
+        if not isinstance(action, str):
+            raise ServiceError(
+                400, f"with 'agent', the action is that agent's text (a str), got {type(action).__name__}"
+            )
+        with slot.lock:
+            if not isinstance(slot.last_obs, dict):
+                raise ServiceError(400, f"env {idx} ({slot.env_id}) is not a multi-agent env; send no 'agent'")
+            if seq is not None and seq == slot.seq and agent in slot.views and slot.views[agent]["seq"] == seq:
+                with self._lock:
+                    self.counters["replayed_steps"] += 1
+                return slot.views[agent]  # a retry of an action whose step was applied
+            if slot.needs_reset:
+                raise ServiceError(409, f"env {idx} has no running episode (not reset yet, or it ended); call /reset")
+            if seq is not None and seq != slot.seq + 1:
+                raise ServiceError(
+                    409, f"step seq {seq} for env {idx} is out of order: the next step is {slot.seq + 1}"
+                )
+            active = slot.env.active_agents()
+            if agent not in active:
+                raise ServiceError(400, f"agent {agent!r} may not act now in env {idx}; the active agents: {active}")
+            slot.pending[agent] = action
+            waiting = [a for a in active if a not in slot.pending]
+            if waiting:
+                return {"waiting_for": waiting, "seq": slot.seq + 1, "agent": agent}
+            self._apply(slot, idx, dict(slot.pending))
+            return slot.views[agent]
+
+    def observation(self, idx: int, agent: str | None = None) -> Any:
+        """The last observation; of a multi-agent env, `agent`'s whole view of the last step (observation, reward,
+        done, info with `active`), or without `agent` the observations of all."""
         slot = self._slot(idx)
         with slot.lock:
-            return slot.last_obs
+            if agent is None:
+                return slot.last_obs
+            if agent not in slot.views:
+                raise ServiceError(404, f"env {idx} has no agent {agent!r} (its agents: {sorted(slot.views)})")
+            return slot.views[agent]
 
     # -- clones ------------------------------------------------------------------------------------
     def snapshot(self, idx: int) -> str:
@@ -256,7 +337,8 @@ class EnvService:
                 env_state = slot.env.get_state()
             except NotImplementedError as e:
                 raise ServiceError(501, f"{slot.env_id} cannot snapshot its state: {e}") from e
-            state = (slot.env_id, (env_state, slot.score, slot.last_obs, slot.needs_reset))
+            views = copy.deepcopy(slot.views)
+            state = (slot.env_id, (env_state, slot.score, slot.last_obs, slot.needs_reset, views))
         key = uuid.uuid4().hex
         with self._lock:
             self._snapshots[key] = state
@@ -274,7 +356,7 @@ class EnvService:
                 f"snapshot {key!r} is unknown (evicted after {self.config.max_snapshots} newer "
                 "ones, or the server restarted); take a new one with POST /snapshot",
             )
-        env_id, (state, score, last_obs, needs_reset) = snap
+        env_id, (state, score, last_obs, needs_reset, views) = snap
         if env_id != slot.env_id:
             raise ServiceError(400, f"snapshot {key!r} is of {env_id!r}, env {idx} is {slot.env_id!r}")
         with slot.lock:
@@ -283,7 +365,8 @@ class EnvService:
             except Exception as e:
                 raise self._fault(slot, idx, "restore", e) from e
             slot.seq, slot.score, slot.last_obs, slot.needs_reset = 0, score, last_obs, needs_reset
-            slot.last_result = None
+            slot.last_result, slot.pending = None, {}
+            slot.views = {a: {**v, "seq": 0} for a, v in copy.deepcopy(views).items()}
 
     def metrics(self) -> dict[str, float]:
         with self._lock:

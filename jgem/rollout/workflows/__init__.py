@@ -1,9 +1,10 @@
 """The shipped workflows (`jgem.rollout.workflow`), registered on import: `turns` (the default: observation ->
 action -> observation, in the config's view), `compact` (an agent that summarises its context into a new segment
-when the stream passes a budget) and `tree` (each group forks from one episode's state at a turn)."""
+when the stream passes a budget), `tree` (each group forks from one episode's state at a turn) and `agents`
+(multi-agent games: a stream and an episode per seat the policy plays, self-play or against a scripted player)."""
 
 from jgem.rollout.workflow import WORKFLOWS, Workflow
-from jgem.rollout.workflows import compact, tree, turns  # noqa: F401
+from jgem.rollout.workflows import agents, compact, tree, turns  # noqa: F401
 
 
 def get_workflow(name: str) -> Workflow:

@@ -1,0 +1,242 @@
+"""`agents`: multi-agent games (`jgem.envs.multiagent`): each seat the policy plays is a stream and an episode of its
+own, on one env the seats share.
+
+A seat's stream is its own conversation: the game's observations for that agent only (private information stays
+private: the env's `observe` decides what each sees) as user messages, its actions as assistant messages. What
+happens while a seat waits (the opponent's move, the end of a hand) is gathered into one message, shown when it is
+next to act. Seats that act in the same step (simultaneous games) generate in one batch; their joint action is
+one `ctx.step`. A reward the env gives a seat in a step it did not act in (a loss revealed by the opponent's move)
+is added to that seat's last turn.
+
+`rollout.opponent` says who plays the seats the policy does not:
+- "self" (self-play with one shared policy): every seat is the policy. A group of `group_size` specs is
+  `group_size / seats` games, spec i the seat i mod seats of game i div seats; every seat's episode trains, its
+  `role` the seat's index, so the `rae` estimator (ReBN per role) gives each seat its own baseline.
+- a scripted player of the game (the `PLAYERS` of the env's module: "minimax", "nash", ...): each spec is one game,
+  the policy at `rollout.seat` ("alternate": spec k at seat k mod seats, so both seats train).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from jgem.envs.multiagent.base import AgentsStep
+from jgem.rollout.config import PromptBudgetError
+from jgem.rollout.views import first_prompt, observation_suffix
+from jgem.rollout.workflow import Context, Generation, Stream, Trajectory, Workflow, register_workflow
+
+SUCCESS = ("win", "success")
+
+
+@dataclass
+class Seat:
+    """One seat the policy plays: its agent, trajectory, stream, its chat messages (the stream holds the first
+    `num_messages`, then the last action) and the observations that came since its last action."""
+
+    agent: str
+    traj: Trajectory
+    stream: Stream | None = None
+    messages: list[dict[str, str]] = field(default_factory=list)
+    num_messages: int = 0
+    last: Generation | None = None
+    waiting: list[str] = field(default_factory=list)
+
+
+class Agents(Workflow):
+    name = "agents"
+    grouped = True
+    raw_env = True
+
+    def width(self, group_size: int) -> int:
+        return group_size  # a slot per seat the policy plays; an env per game
+
+    def group_errors(self, group_size: int) -> list[str]:
+        return []  # any size with a scripted opponent; self-play checks the seats when the game tells them
+
+    def check(self, cfg) -> list[str]:
+        out = []
+        if cfg.view not in ("chat", "chat_per_turn"):
+            out.append(
+                f"renders each seat's conversation, so it needs rollout.view chat or chat_per_turn, not {cfg.view!r}"
+            )
+        if cfg.opponent == "self" and cfg.seat != "alternate":
+            out.append(
+                f"rollout.seat {cfg.seat!r} is for a scripted opponent; in self-play the policy plays every seat"
+            )
+        return out
+
+    async def run(self, ctx: Context, specs: Sequence) -> list[Trajectory]:
+        first = AgentsStep.unpack(await ctx.reset(ctx.envs[0], specs[0].seed))
+        if first.fault is not None:
+            return [_faulted(ctx.trajectory(s), first.fault) for s in specs]
+        agents = list(first.observations)
+        cfg = ctx.cfg
+        opponent = _opponent(ctx)
+        if opponent == "self":
+            if len(specs) % len(agents):
+                raise ValueError(
+                    f"rollout.opponent self plays every seat of {ctx.env_name} ({len(agents)}: {agents}), so a group "
+                    f"is a whole number of games: set --group-size to a multiple of {len(agents)}, got {len(specs)}"
+                )
+            games = [
+                {a: specs[g * len(agents) + i] for i, a in enumerate(agents)} for g in range(len(specs) // len(agents))
+            ]
+        else:
+            _players(ctx.env_name, opponent)  # an unknown name fails before any game is played
+            seat = "alternate" if ctx.evaluating else cfg.seat
+            if seat != "alternate" and seat not in agents:
+                raise ValueError(f"rollout.seat {seat!r} is not a seat of {ctx.env_name}: {agents}")
+            games = [{_seat(seat, agents, s): s} for s in specs]
+        out: dict[int, Trajectory] = {}
+        results = await ctx.gather(
+            *(_game(ctx, ctx.envs[g], game, first if g == 0 else None) for g, game in enumerate(games))
+        )
+        for trajs in results:
+            out.update({t.spec.episode_id: t for t in trajs})
+        return [out[s.episode_id] for s in specs]
+
+
+def _opponent(ctx: Context) -> str:
+    """Who plays the other seats: rollout.opponent in training; in an evaluation rollout.eval_opponent, or the
+    game's first scripted player."""
+    if not ctx.evaluating:
+        return ctx.cfg.opponent
+    return ctx.cfg.eval_opponent or next(iter(_players(ctx.env_name, None)), "self")
+
+
+def _seat(seat: str, agents: list[str], spec: Any) -> str:
+    return agents[spec.episode_id % len(agents)] if seat == "alternate" else seat
+
+
+def _players(env_id: str, name: str | None) -> Any:
+    """The scripted player `name` of `env_id`'s game (its module's PLAYERS): a class for any seat, or a dict of seat
+    -> class (a cooperative game's speaker and listener). `name` None: the whole PLAYERS dict."""
+    from jgem.registry import spec
+
+    entry = spec(env_id).entry_point
+    module = importlib.import_module(entry.partition(":")[0]) if isinstance(entry, str) else None
+    players = getattr(module, "PLAYERS", {})
+    if name is None:
+        return players
+    if name not in players:
+        raise ValueError(
+            f"rollout.opponent {name!r} is not a scripted player of {env_id}; its players: "
+            f"{', '.join(sorted(players)) or 'none'} (or 'self' for self-play)"
+        )
+    return players[name]
+
+
+def _faulted(traj: Trajectory, fault: str) -> Trajectory:
+    traj.truncated, traj.fault = True, fault
+    return traj
+
+
+async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep | None) -> list[Trajectory]:
+    """One game on `env`: `game` maps each seat the policy plays to its spec; the other seats are scripted."""
+    cfg = ctx.cfg
+    spec0 = next(iter(game.values()))
+    r = first if first is not None else AgentsStep.unpack(await ctx.reset(env, spec0.seed))
+    seats = {a: Seat(a, ctx.trajectory(s)) for a, s in game.items()}
+    if r.fault is not None:
+        return [_faulted(s.traj, r.fault) for s in seats.values()]
+    agents = list(r.observations)
+    for s in seats.values():
+        s.traj.role = agents.index(s.agent)
+    scripted = {}
+    opponent = _opponent(ctx)
+    if opponent != "self":
+        players = _players(ctx.env_name, opponent)
+        for a in agents:
+            if a not in seats:
+                cls = players.get(a) if isinstance(players, dict) else players
+                if cls is None:
+                    raise ValueError(
+                        f"rollout.opponent {opponent!r} of {ctx.env_name} plays seats {sorted(players)}, not {a!r}"
+                    )
+                scripted[a] = cls(np.random.default_rng([spec0.seed, spec0.episode_id, agents.index(a)]))
+                scripted[a].reset(a, r.observations[a], r.infos[a])
+    for s in seats.values():
+        s.waiting.append(r.observations[s.agent])
+    steps, truncated = 0, False
+    while not r.done:
+        mine = [seats[a] for a in r.active if a in seats]
+        for s in mine:
+            _show(ctx, s)
+        if any(len(s.stream.tokens) + cfg.max_new_tokens > cfg.max_episode_tokens for s in mine):
+            ctx.stats.budget_truncations += 1  # a seat's conversation outgrew its slot: the game is cut here
+            truncated = True
+            for s in mine:
+                s.traj.next_prompt = list(s.stream.tokens)
+            break
+        gens = await ctx.gather(
+            *(ctx.generate(s.stream, ctx.token_limit(len(s.traj.turns), s.traj.spec)) for s in mine)
+        )
+        actions = {s.agent: ctx.text(g) for s, g in zip(mine, gens)}
+        actions.update({a: scripted[a].act() for a in r.active if a not in seats})
+        r = AgentsStep.unpack(await ctx.step(actions, env))
+        steps += 1
+        for s, g in zip(mine, gens):
+            s.traj.record(g, 0.0)  # its reward comes with the step's (below), to its last turn
+            s.last = g
+            s.messages.append({"role": "assistant", "content": actions[s.agent]})
+            ctx.stats.turns += 1
+            ctx.stats.action_tokens += len(g.ids)
+        if r.fault is not None:
+            return [_faulted(s.traj, r.fault) for s in seats.values()]
+        for a, reward in r.rewards.items():
+            if a in seats and reward and seats[a].traj.turns:  # to its last action (none yet: nothing to train)
+                t = seats[a].traj
+                t.set_reward(len(t.turns) - 1, t.turns[-1].reward + reward)
+        for a, obs in r.observations.items():
+            if a in seats:
+                seats[a].waiting.append(obs)
+            elif a in scripted:
+                scripted[a].update(obs, r.infos[a])
+        if not r.done and steps >= ctx.max_turns:
+            truncated = True
+            break
+    for s in seats.values():
+        info = r.infos.get(s.agent, {})
+        s.traj.success = info.get("outcome") in SUCCESS and bool(s.traj.turns)  # a forfeit before it moved: no
+        s.traj.truncated = truncated or bool(r.truncations.get(s.agent))
+    return [s.traj for s in seats.values()]
+
+
+def seat_message(waiting: list[str]) -> dict[str, str]:
+    """The user message a seat gets before it acts: the observations since its last action, in order."""
+    return {"role": "user", "content": "\n".join(o.rstrip("\n") for o in waiting) + "\n"}
+
+
+def _show(ctx: Context, s: Seat) -> None:
+    """Give the seat's stream what came since its last action (before its first: since the reset), as one user
+    message, before it acts. Its stream opens at its first action."""
+    cfg = ctx.cfg
+    if s.stream is None:
+        s.messages = [seat_message(s.waiting)]
+        s.waiting = []
+        tokens, s.num_messages = first_prompt(ctx.chat, cfg.view, s.messages)
+        if len(tokens) + cfg.max_new_tokens > cfg.max_episode_tokens:
+            raise PromptBudgetError(
+                f"the first prompt of seat {s.agent!r} (episode {s.traj.spec.episode_id}, {ctx.env_name}) has "
+                f"{len(tokens)} tokens, which leaves no room for --rollout.max-new-tokens {cfg.max_new_tokens} within "
+                f"--rollout.max-episode-tokens {cfg.max_episode_tokens}; raise the latter"
+            )
+        s.stream = ctx.open(tokens, episode_id=s.traj.spec.episode_id)
+        return
+    if not s.waiting:
+        return
+    s.messages.append(seat_message(s.waiting))
+    s.waiting = []
+    if ctx.cfg.view == "chat":
+        ctx.append(s.stream, observation_suffix(ctx.chat, s.num_messages, s.last.ids, s.messages))
+    else:
+        ctx.new_segment(s.stream, first_prompt(ctx.chat, ctx.cfg.view, s.messages)[0], keep_prefix=True)
+    s.num_messages = len(s.messages)
+
+
+register_workflow("agents", Agents())

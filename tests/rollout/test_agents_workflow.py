@@ -1,0 +1,186 @@
+"""The `agents` workflow (multi-agent games): a stream per seat holding only that seat's observations, joint actions
+through the pool, rewards to the seat that earned them, self-play groups, scripted opponents, evaluation, and a
+trainer step; the scripted players' warm-start games rendered as the workflow renders a seat."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from jgem.envs.pool import EnvPool
+from jgem.models.tokenizer import ChatFormat, load_tokenizer
+from jgem.registry import register
+from jgem.rollout.config import RolloutConfig
+from jgem.rollout.engine import EpisodeSpec, RolloutEngine
+from jgem.rollout.scripted import scripted_agent_episodes
+from tests.rollout import mp_engine_worker as worker
+from tests.rollout.envs import SecretsEnv
+
+pytestmark = pytest.mark.xdist_group("workflows")  # one worker: the engines share their compiled programs
+register("test:secrets", "tests.rollout.envs:SecretsEnv", overwrite=True)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    chat = ChatFormat(load_tokenizer())
+    cfg, graphdef, state = worker.model()
+    return chat, cfg, nnx.merge(graphdef, state)
+
+
+def _collect(setup, *, specs, backend="inline", evaluation=False, view="chat", **rollout):
+    chat, cfg, model = setup
+    rcfg = RolloutConfig(view=view, max_new_tokens=6, max_episode_tokens=400, workflow="agents", **rollout)
+    with EnvPool("test:secrets", 4, backend=backend) as pool:
+        engine = RolloutEngine(cfg, pool, chat, rcfg, env_name="test:secrets")
+        eps = engine.collect(model, specs, jax.random.key(3), max_turns=50, evaluation=evaluation)
+    return eps, engine
+
+
+def _sent(chat, t) -> str:
+    """What the env received for transition `t`: its text, or rollout.invalid_action ("") for one cut at its limit."""
+    return chat.action_text(t.action_ids) if t.stopped else ""
+
+
+def _replay(chat, a_ep, b_ep, seed):
+    """The game replayed in process from the two seats' recorded actions: each seat's observations and per-turn
+    rewards (a step's reward to a seat that did not act goes to its last turn)."""
+    env = SecretsEnv()
+    obs, _ = env.reset(seed=seed)
+    texts = {e: [_sent(chat, t) for t in ep.transitions] for e, ep in (("a", a_ep), ("b", b_ep))}
+    seen = {a: [obs[a]] for a in obs}
+    rewards = {"a": [], "b": []}
+    while env.active_agents():
+        (agent,) = env.active_agents()
+        obs, rew, *_ = env.step({agent: texts[agent][len(rewards[agent])]})
+        rewards[agent].append(0.0)
+        for a, r in rew.items():
+            if rewards[a]:
+                rewards[a][-1] += r
+        for a in obs:
+            seen[a].append(obs[a])
+    return seen, rewards
+
+
+@pytest.mark.parametrize("view", ["chat", "chat_per_turn"])
+def test_self_play_gives_each_seat_a_stream_of_its_own_observations_and_rewards(setup, view):
+    chat = setup[0]
+    specs = [EpisodeSpec(i, i // 2, 40 + i // 2) for i in range(8)]  # 4 games, seats a and b
+    eps, engine = _collect(setup, specs=specs, view=view)
+    assert [e.role for e in eps] == [0, 1] * 4
+    for g in range(4):
+        a_ep, b_ep = eps[2 * g], eps[2 * g + 1]
+        seen, rewards = _replay(chat, a_ep, b_ep, 40 + g)
+        for agent, ep in (("a", a_ep), ("b", b_ep)):
+            assert [t.reward for t in ep.transitions] == pytest.approx(rewards[agent])
+            text = chat.tokenizer.decode(ep.stream if ep.stream is not None else ep.transitions[-1].prompt_ids)
+            secret = seen[agent][0].split("secret is ")[1].split(".")[0]
+            other = seen["b" if agent == "a" else "a"][0].split("secret is ")[1].split(".")[0]
+            assert secret in text and other not in text  # private information stays with its seat
+        # what happened while a seat waited reached it before its next move: b's first prompt has a's first move
+        a_first = _sent(chat, a_ep.transitions[0])
+        assert f"a said {len(a_first)} characters" in chat.tokenizer.decode(b_ep.prompt_ids(0))
+        assert a_ep.success and not b_ep.success  # a wins when b's last move ends the game
+    assert engine.stats.turns == sum(e.num_turns for e in eps)
+
+
+def test_against_a_scripted_opponent_the_policy_alternates_seats_and_evaluation_uses_the_eval_opponent(setup):
+    chat = setup[0]
+    specs = [EpisodeSpec(i, i, 50 + i) for i in range(4)]
+    eps, _ = _collect(setup, specs=specs, opponent="echo")
+    assert [e.role for e in eps] == [0, 1, 0, 1]
+    for ep in eps:  # the opponent's moves reached the seat: "<seat> said N characters" of the echo's "heard N"
+        text = chat.tokenizer.decode(ep.stream)
+        assert "said" in text or ep.num_turns == 1
+    eps, _ = _collect(setup, specs=specs, opponent="nobody", eval_opponent="echo", evaluation=True)
+    assert [e.role for e in eps] == [0, 1, 0, 1]  # evaluation: the eval opponent, seats alternating
+    with pytest.raises(ValueError, match="rollout.opponent 'nobody' is not a scripted player of test:secrets"):
+        _collect(setup, specs=specs, opponent="nobody")
+
+
+def test_self_play_needs_a_whole_number_of_games_per_group(setup):
+    with pytest.raises(ValueError, match="set --group-size to a multiple of 2, got 3"):
+        _collect(setup, specs=[EpisodeSpec(i, 0, 7) for i in range(3)])
+
+
+def test_the_scripted_teachers_games_are_rendered_as_the_workflow_renders_a_seat(setup):
+    """Warm-start games: seat k mod 2 of each game, the teacher's actions in the stream at their offsets, the
+    first prompt the seat's observation, rewards as the workflow attributes them; equal across runs."""
+    chat = setup[0]
+    specs = [EpisodeSpec(i, i, 60 + i) for i in range(4)]
+    eps = scripted_agent_episodes("test:secrets", specs, chat, teacher="echo", seed=1)
+    assert (
+        eps[0].stream.tolist()
+        == scripted_agent_episodes("test:secrets", specs[:1], chat, teacher="echo", seed=1)[0].stream.tolist()
+    )
+    assert [e.role for e in eps] == [0, 1, 0, 1]
+    for k, ep in enumerate(eps):
+        agent = "ab"[k % 2]
+        first = chat.tokenizer.decode(ep.stream[: ep.transitions[0].prompt_len])
+        assert f"You are {agent}; your secret is" in first
+        assert all(chat.action_text(t.action_ids).startswith("heard ") for t in ep.transitions)
+        assert ep.transitions[-1].reward == pytest.approx(1.1 if agent == "a" else -0.9)  # its move and the end
+    with pytest.raises(KeyError, match="no scripted player 'nope'"):
+        scripted_agent_episodes("test:secrets", specs, chat, teacher="nope")
+
+
+def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_scripted_player(tmp_path):
+    import json
+
+    from jgem.train import Trainer
+    from tests.train_utils import small_config
+
+    cfg = small_config(
+        str(tmp_path / "run"),
+        steps=1,
+        algorithm="rae",
+        group_size=2,
+        episodes_per_step=4,
+        env={"env_id": "test:secrets", "num_envs": 4, "imports": ("tests.rollout.envs",)},
+        rollout={"workflow": "agents", "eval_opponent": "echo"},
+        eval_every=1,
+        eval_episodes=4,
+        checkpoint_every=100,
+    )
+    summary = Trainer(cfg).run()
+    assert np.isfinite(summary["final_eval"]["eval/return"]), summary
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any(np.isfinite(r.get("train/loss", np.nan)) for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            dict(env={"env_id": "multi:TicTacToe-v0-easy"}),
+            "is a multi-agent game; play it with rollout.workflow agents",
+        ),
+        (
+            dict(rollout={"workflow": "agents"}),
+            "plays multi-agent games .multi:.., and game:GuessTheNumber-v0-easy has",
+        ),
+        (
+            dict(env={"env_id": "multi:TicTacToe-v0-easy", "system_prompt": "hi"}, rollout={"workflow": "agents"}),
+            "drop env.tools and env.system_prompt",
+        ),
+        (
+            dict(env={"env_id": "multi:TicTacToe-v0-easy"}, rollout={"workflow": "agents", "view": "per_turn"}),
+            "needs rollout.view chat or chat_per_turn",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-easy"},
+                rollout={"workflow": "agents"},
+                warm_start={"steps": 1, "teacher": "x"},
+            ),
+            "warm_start.teacher 'x' is not a player of 'multi:TicTacToe-v0-easy'",
+        ),
+    ],
+)
+def test_multiagent_settings_are_refused_naming_the_flag(tmp_path, overrides, message):
+    from jgem.config import ConfigError, validate
+    from tests.train_utils import small_config
+
+    with pytest.raises(ConfigError, match=message):
+        validate(small_config(str(tmp_path), **overrides), 8)
