@@ -204,7 +204,7 @@ def evaluate_suite(
                 f"{env_id}: {len(seeds)} problems x {attempts} attempt(s), {'greedy' if greedy else 'sampled'}, "
                 f"up to {horizon} turns ({time.perf_counter() - t0:.0f} s so far)"
             )
-            eps = run.engine.collect(run.policy(), specs, key, max_turns=horizon, greedy=greedy)
+            eps = run.engine.collect(run.policy(), specs, key, max_turns=horizon, greedy=greedy, evaluation=True)
             shape = (len(seeds), attempts)
             correct = np.array([e.success for e in eps], dtype=bool).reshape(shape)
             returns = np.array([e.episode_return for e in eps], dtype=np.float64).reshape(shape)

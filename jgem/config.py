@@ -211,13 +211,16 @@ class WarmStartConfig:
             return []
         from jgem.envs.games.solvers import has_solver, teachers
 
-        if _multiagent(env):  # a multi-agent game's teachers are its scripted players
-            from jgem.rollout.workflows.agents import _players
+        if _multiagent(env):  # a multi-agent game's teachers are its scripted players, at every seat
+            from jgem.rollout.workflows.agents import players_of, seat_errors
 
-            known = ["solver", *_players(env.env_id, None)]
-            if self.teacher not in known:
-                return [f"{name('teacher')} {self.teacher!r} is not a player of {env.env_id!r}; choose from {known}"]
-            return []
+            agents = agent_seats(env)
+            teacher = next(iter(players_of(env.env_id)), "none") if self.teacher == "solver" else self.teacher
+            return (
+                seat_errors(env.env_id, agents, teacher, "alternate", 1, name("teacher"), evaluation=True)
+                if agents
+                else []
+            )
         if not has_solver(env.env_id):
             return [
                 f"{name('steps')} {self.steps} needs a game with a scripted solver, and {env.env_id!r} has none; "
@@ -656,7 +659,30 @@ def _workflow_errors(cfg: TrainConfig, name: FieldName) -> list[str]:
             f"{flag} renders each seat's messages from the game's own observations: drop {name('env.tools')} and "
             f"{name('env.system_prompt')}"
         )
+    if multi and workflow.raw_env and (agents := agent_seats(cfg.env)):
+        from jgem.rollout.workflows.agents import players_of, seat_errors
+
+        r, env_id = cfg.rollout, cfg.env.env_id
+        errors += seat_errors(env_id, agents, r.opponent, r.seat, cfg.group_size, name("rollout.opponent"), name=name)
+        if cfg.eval_every:
+            judge = r.eval_opponent or next(iter(players_of(env_id)), "none")
+            errors += seat_errors(env_id, agents, judge, "alternate", 1, name("rollout.eval_opponent"), evaluation=True)
     return errors
+
+
+def agent_seats(env: EnvConfig) -> list[str] | None:
+    """The seats of `env`'s multi-agent game (one env built here); None when it cannot be built here."""
+    from jgem.registry import import_modules, make
+
+    try:
+        import_modules(env.imports)
+        game = make(env.env_id, **env.env_kwargs)
+    except Exception:  # noqa: BLE001 - the pool meets it and reports it
+        return None
+    try:
+        return list(game.possible_agents)
+    finally:
+        game.close()
 
 
 def _multiagent(env: EnvConfig) -> bool | None:

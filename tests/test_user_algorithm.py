@@ -23,7 +23,7 @@ from jgem.algos.algorithms import ALGORITHMS
 from tests.multiprocess import TEST_XLA_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILTIN = ("rebn", "reinforce", "grpo", "drgrpo", "rloo", "reinforce_pp", "ppo", "gspo", "cispo")
+BUILTIN = ("rebn", "reinforce", "rae", "grpo", "drgrpo", "rloo", "reinforce_pp", "ppo", "gspo", "cispo")
 
 
 def _env(**extra: str) -> dict[str, str]:

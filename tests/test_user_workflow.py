@@ -37,4 +37,4 @@ def test_without_the_import_the_workflow_is_refused_naming_the_registered_ones(t
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 2, p.stderr[-3000:]
     assert "Traceback" not in p.stderr
-    assert "--rollout.workflow 'test_user_glance' is unknown; choose one of turns, compact, tree" in p.stderr
+    assert "--rollout.workflow 'test_user_glance' is unknown; choose one of turns, compact, tree, agents" in p.stderr

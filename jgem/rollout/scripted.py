@@ -129,15 +129,16 @@ def scripted_agent_episodes(
     first) at every seat; spec k is one game, and its episode is the turns of seat k mod the seats, rendered as the
     `agents` workflow renders a seat's conversation (its first observation, then per action the observations since
     its last one as one message). With probability `epsilon` a teacher's move is a random legal one."""
-    from jgem.rollout.workflows.agents import _players, seat_message
+    from jgem.rollout.workflows.agents import player_for, players_of, seat_errors, seat_message
 
     if view not in ("chat", "chat_per_turn"):
         raise ValueError(f"multi-agent games render chat views only, not {view!r}")
-    players = _players(env_id, None)
-    name = next(iter(players), None) if teacher == "solver" else teacher
-    if name not in players:
-        raise KeyError(f"no scripted player {teacher!r} for {env_id!r}; its players: {', '.join(players) or 'none'}")
+    name = next(iter(players_of(env_id)), "none") if teacher == "solver" else teacher
     env = make(env_id, **(env_kwargs or {}))
+    errors = seat_errors(env_id, list(env.possible_agents), name, "alternate", 1, "warm_start.teacher", evaluation=True)
+    if errors:
+        env.close()
+        raise KeyError("; ".join(errors))
     episodes = []
     for spec in specs:
         rng = np.random.default_rng([seed, spec.episode_id])
@@ -146,10 +147,7 @@ def scripted_agent_episodes(
         me = agents[spec.episode_id % len(agents)]
         bots = {}
         for i, a in enumerate(agents):
-            cls = players[name].get(a) if isinstance(players[name], dict) else players[name]
-            if cls is None:
-                raise KeyError(f"scripted player {name!r} of {env_id!r} does not play seat {a!r}")
-            bots[a] = cls(np.random.default_rng([seed, spec.episode_id, i]))
+            bots[a] = player_for(env_id, name, a)(np.random.default_rng([seed, spec.episode_id, i]))
             bots[a].reset(a, obs[a], infos[a])
         messages: list[dict[str, str]] = []
         stream: list[int] | None = None

@@ -211,11 +211,46 @@ def _agents_as_clients(server, env_id: str) -> None:
                 assert view["done"] == (terms[a] or truncs[a])
             retry = http.post("/step", json={"id": idx, "action": action[last], "agent": last, "seq": seq})
             assert retry.json() == answers[last]  # a retried post answers the step it applied, again
+            if seq == 1 and len(action) == 1:  # sequential: the other agent's stale action for step 1 is refused
+                other = next(a for a in obs if a not in action)
+                stale = http.post("/step", json={"id": idx, "action": "x", "agent": other, "seq": 1})
+                assert stale.status_code == 409 and "out of order" in stale.json()["detail"], stale.text
         refused = http.post("/step", json={"id": idx, "action": "x", "agent": "nobody", "seq": len(episode)})
         assert refused.status_code == 409  # the episode is over
-        http.post("/reset", json={"id": idx, "seed": 7}).raise_for_status()
+        for a, o in episode[0][1][0].items():  # a reset with "agent" answers that agent's view only
+            view = http.post("/reset", json={"id": idx, "seed": 7, "agent": a}).json()
+            assert view["observation"] == o and view["agent"] == a
         active = [a for a, i in episode[0][1][1].items() if i["active"]]
         idle = [a for a in episode[0][1][0] if a not in active]
         if idle:
             r = http.post("/step", json={"id": idx, "action": "x", "agent": idle[0]})
             assert r.status_code == 400 and f"agent {idle[0]!r} may not act now" in r.json()["detail"]
+
+
+class _ThreeSeats(MultiAgentEnv):
+    """Three agents in turn; an agent whose text is "quit" leaves (terminated)."""
+
+    def __init__(self, seed=None):
+        self.possible_agents = ["a", "b", "c"]
+        self.agent_selector = AgentSelector(self.possible_agents)
+        super().__init__(seed=seed)
+
+    def observe(self, agent):
+        return agent
+
+    def _process_actions(self, actions):
+        ((agent, text),) = actions.items()
+        if text == "quit":
+            self.terminations[agent] = True
+        return {}, {}, {}, {}, {}
+
+
+def test_the_turn_order_goes_on_to_the_next_seat_when_the_one_acting_leaves():
+    env = _ThreeSeats()
+    env.reset(seed=0)
+    order = []
+    for text in ["quit", "go", "go", "go", "quit", "go"]:  # a leaves on its move; later c leaves on its own
+        (agent,) = env.active_agents()
+        order.append(agent)
+        env.step({agent: text})
+    assert order == ["a", "b", "c", "b", "c", "b"]

@@ -100,7 +100,7 @@ def test_against_a_scripted_opponent_the_policy_alternates_seats_and_evaluation_
 
 
 def test_self_play_needs_a_whole_number_of_games_per_group(setup):
-    with pytest.raises(ValueError, match="set --group-size to a multiple of 2, got 3"):
+    with pytest.raises(ValueError, match="set group_size to a multiple of 2, got 3"):
         _collect(setup, specs=[EpisodeSpec(i, 0, 7) for i in range(3)])
 
 
@@ -121,7 +121,7 @@ def test_the_scripted_teachers_games_are_rendered_as_the_workflow_renders_a_seat
         assert f"You are {agent}; your secret is" in first
         assert all(chat.action_text(t.action_ids).startswith("heard ") for t in ep.transitions)
         assert ep.transitions[-1].reward == pytest.approx(1.1 if agent == "a" else -0.9)  # its move and the end
-    with pytest.raises(KeyError, match="no scripted player 'nope'"):
+    with pytest.raises(KeyError, match="warm_start.teacher 'nope' is not a scripted player of test:secrets"):
         scripted_agent_episodes("test:secrets", specs, chat, teacher="nope")
 
 
@@ -169,12 +169,50 @@ def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_script
             "needs rollout.view chat or chat_per_turn",
         ),
         (
+            dict(env={"env_id": "multi:TicTacToe-v0-easy"}, rollout={"workflow": "agents"}),
+            "rollout.opponent self plays every seat of multi:TicTacToe-v0-easy .2: .'x', 'o'.., so a group is a "
+            "whole number of games: set group_size to a multiple of 2, got 1",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-hard"},
+                rollout={"workflow": "agents", "opponent": "heuristic", "eval_opponent": "minmax"},
+                eval_every=1,
+            ),
+            "rollout.eval_opponent 'minmax' is not a scripted player of multi:TicTacToe-v0-hard; its players: "
+            "heuristic, minimax, random",
+        ),
+        (
             dict(
                 env={"env_id": "multi:TicTacToe-v0-easy"},
-                rollout={"workflow": "agents"},
+                rollout={"workflow": "agents", "opponent": "random", "eval_opponent": "self"},
+                eval_every=1,
+            ),
+            "rollout.eval_opponent self: name a scripted player",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:ReferenceGame-v0-easy"},
+                rollout={"workflow": "agents", "opponent": "random_listener"},
+            ),
+            r"rollout.opponent 'random_listener' of multi:ReferenceGame-v0-easy plays seats \['listener'\], "
+            r"not \['speaker'\]",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-easy"},
+                rollout={"workflow": "agents", "opponent": "random"},
                 warm_start={"steps": 1, "teacher": "x"},
             ),
-            "warm_start.teacher 'x' is not a player of 'multi:TicTacToe-v0-easy'",
+            "warm_start.teacher 'x' is not a scripted player of multi:TicTacToe-v0-easy",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:ReferenceGame-v0-easy"},
+                rollout={"workflow": "agents", "opponent": "scripted"},
+                warm_start={"steps": 1, "teacher": "random_listener"},
+            ),
+            r"warm_start.teacher 'random_listener' of multi:ReferenceGame-v0-easy plays seats \['listener'\]",
         ),
     ],
 )

@@ -94,7 +94,7 @@ class AgentSelector:
         if not self._agents:
             self._current_idx, self.selected = 0, None
             return
-        if idx < self._current_idx:
+        if idx <= self._current_idx:  # the current one removed: back to the one before, so `next()` lands after it
             self._current_idx -= 1
         self._current_idx %= len(self._agents)
         self.selected = self._agents[self._current_idx]

@@ -209,4 +209,5 @@ def _minimax(board: tuple[str, ...], to_move: str, me: str) -> int:
     return max(values) if to_move == me else min(values)
 
 
-PLAYERS = {"minimax": TicTacToeMinimaxPlayer, "heuristic": TicTacToeHeuristicPlayer, "random": TicTacToeRandomPlayer}
+# the first is the default teacher and evaluation opponent: the heuristic plays every board size
+PLAYERS = {"heuristic": TicTacToeHeuristicPlayer, "minimax": TicTacToeMinimaxPlayer, "random": TicTacToeRandomPlayer}

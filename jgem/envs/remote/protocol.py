@@ -11,7 +11,8 @@ jgem's additions: POST /batch/create {"count", "env_id"?, "env_kwargs"?} -> {"id
 POST /snapshot {"id"} -> {"snapshot"}, POST /restore {"id", "snapshot"}, GET /health, GET /metrics.
 
 A StepPayload is {"observation", "reward", "score", "done", "terminated", "truncated", "info"}: AgentGym's
-four fields plus GEM's.
+four fields plus GEM's. `seq` numbers the steps of one episode (1, 2, ...): a retried step with the number of the
+last applied step returns that step's result again instead of stepping twice.
 
 Multi-agent envs (`jgem.envs.multiagent`) extend the contract with an agent field:
   POST /step {"id", "action": {agent: text, ...}, "seq"?}   the joint action of every active agent -> StepPayload
@@ -20,11 +21,13 @@ Multi-agent envs (`jgem.envs.multiagent`) extend the contract with an agent fiel
   POST /step {"id", "action": text, "agent", "seq"?}         one agent's action (an agent as its own client): the env
       steps when every active agent has sent its own; the answer is that agent's view (a StepPayload of its own
       observation, reward, flags and info, plus "agent" and "seq"), or {"waiting_for": [agents], "seq"} until then
-  GET  /observation?id=N&agent=A                             agent A's view of the last reset or step (private:
-      only A's observation and info)
-/reset answers the packed payload. A retried agent action with the number of the step that applied it answers
-that agent's view again. `seq` numbers the steps of one episode (1, 2, ...): a retried step with the
-number of the last applied step returns that step's result again instead of stepping twice.
+  GET  /observation?id=N&agent=A                             agent A's view of the last reset or step (only A's
+      observation and info)
+  POST /reset {"id", "seed"?, "agent"?}                      the packed payload, or with "agent" that agent's view
+A retried agent action with the number of the step that applied it answers that agent's view of that step again.
+The agent-less calls (a joint /step, /reset and /observation without "agent") answer every seat's observations:
+they are the trainer's. One bearer token guards a server, so agent clients that must not read each other's
+secrets need servers (tokens) of their own or a proxy that adds "agent" for them.
 """
 
 from __future__ import annotations

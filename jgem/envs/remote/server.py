@@ -134,6 +134,7 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
 
     class ResetBody(IdBody):
         seed: int | None = None
+        agent: str | None = None  # a multi-agent env: answer this agent's view only
         data_idx: int | None = None  # AgentGym's name for the task index; used as the seed
 
     class StepBody(IdBody):
@@ -210,7 +211,7 @@ def create_app(config: ServeConfig, service: EnvService | None = None) -> Any:
         return response
 
     def reset_one(b: ResetBody) -> dict:
-        return svc.reset(b.id, b.seed if b.seed is not None else b.data_idx)
+        return svc.reset(b.id, b.seed if b.seed is not None else b.data_idx, b.agent)
 
     def batch(fn: Any, items: list) -> list[dict]:
         out = []

@@ -63,6 +63,7 @@ class _Slot:
     # a multi-agent env: each agent's view of the last reset/step, and the actions of a step being gathered
     views: dict[str, dict] = field(default_factory=dict)
     pending: dict[str, str] = field(default_factory=dict)
+    acted: dict[str, tuple[int, dict]] = field(default_factory=dict)  # agent -> (step, its view) of its last action
 
 
 def resolve_env_ids(patterns: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -201,7 +202,8 @@ class EnvService:
             "the episode is over, call /reset",
         )
 
-    def reset(self, idx: int, seed: int | None = None) -> dict:
+    def reset(self, idx: int, seed: int | None = None, agent: str | None = None) -> dict:
+        """A new episode; of a multi-agent env, the packed payload, or with `agent` that agent's view only."""
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ServiceError(400, f"seed {seed!r} is not a non-negative integer; pass a seed >= 0 or none")
         slot = self._slot(idx)
@@ -211,11 +213,12 @@ class EnvService:
             except Exception as e:
                 raise self._fault(slot, idx, "reset", e) from e
             slot.seq, slot.score, slot.needs_reset, slot.last_obs = 0, 0.0, False, obs
-            slot.last_result, slot.pending, slot.views = None, {}, {}
+            slot.last_result, slot.pending, slot.views, slot.acted = None, {}, {}, {}
             with self._lock:
                 self.counters["resets"] += 1
             if isinstance(obs, dict):  # a multi-agent env
-                return self._agents_payload(slot, idx, "reset", (obs, None, None, None, info))
+                payload = self._agents_payload(slot, idx, "reset", (obs, None, None, None, info))
+                return payload if agent is None else self._view(slot, idx, agent)
             return step_payload(obs, 0.0, False, False, info, 0.0)
 
     def step(self, idx: int, action: str | dict[str, str], seq: int | None = None, agent: str | None = None) -> dict:
@@ -255,13 +258,15 @@ class EnvService:
             raise self._fault(slot, idx, "step", e) from e
         except Exception as e:
             raise self._fault(slot, idx, "step", e) from e
-        slot.seq += 1
-        slot.pending = {}
         with self._lock:
             self.counters["steps"] += 1
-        if isinstance(action, dict):
-            slot.last_result = self._agents_payload(slot, idx, "step", result)
+        if isinstance(action, dict):  # checked and packed before the step counts (a malformed one faults it)
+            slot.last_result = self._agents_payload(slot, idx, "step", result, step=slot.seq + 1)
+            slot.seq += 1
+            slot.pending = {}
+            slot.acted.update({a: (slot.seq, slot.views[a]) for a in action if a in slot.views})
             return slot.last_result
+        slot.seq += 1
         obs, reward, terminated, truncated, info = result
         slot.score += float(reward)
         slot.last_obs = obs
@@ -269,7 +274,7 @@ class EnvService:
         slot.last_result = step_payload(obs, reward, terminated, truncated, info, slot.score)
         return slot.last_result
 
-    def _agents_payload(self, slot: _Slot, idx: int, kind: str, result: tuple) -> dict:
+    def _agents_payload(self, slot: _Slot, idx: int, kind: str, result: tuple, step: int = 0) -> dict:
         """A multi-agent result checked and packed (one payload, the observation a dict per agent), and each
         agent's own view of it kept for `/observation?agent=`."""
         from jgem.envs.multiagent.base import pack
@@ -286,8 +291,13 @@ class EnvService:
             view = step_payload(
                 obs[a], r, info["terminations"][a], info["truncations"][a], info["agents"][a], before + r
             )
-            slot.views[a] = {**view, "agent": a, "seq": slot.seq}
+            slot.views[a] = {**view, "agent": a, "seq": step}
         return step_payload(obs, reward, over, truncated, info, slot.score)
+
+    def _view(self, slot: _Slot, idx: int, agent: str) -> dict:
+        if agent not in slot.views:
+            raise ServiceError(404, f"env {idx} has no agent {agent!r} (its agents: {sorted(slot.views)})")
+        return slot.views[agent]
 
     def _agent_step(self, slot: _Slot, idx: int, agent: str, action: Any, seq: int | None) -> dict:
         if not isinstance(action, str):
@@ -295,14 +305,15 @@ class EnvService:
                 400, f"with 'agent', the action is that agent's text (a str), got {type(action).__name__}"
             )
         with slot.lock:
-            if not isinstance(slot.last_obs, dict):
-                raise ServiceError(400, f"env {idx} ({slot.env_id}) is not a multi-agent env; send no 'agent'")
-            if seq is not None and seq == slot.seq and agent in slot.views and slot.views[agent]["seq"] == seq:
+            done = slot.acted.get(agent)
+            if seq is not None and done is not None and done[0] == seq:
                 with self._lock:
                     self.counters["replayed_steps"] += 1
-                return slot.views[agent]  # a retry of an action whose step was applied
+                return done[1]  # a retry of this agent's action, whose step was applied: its view of that step
             if slot.needs_reset:
                 raise ServiceError(409, f"env {idx} has no running episode (not reset yet, or it ended); call /reset")
+            if not isinstance(slot.last_obs, dict):
+                raise ServiceError(400, f"env {idx} ({slot.env_id}) is not a multi-agent env; send no 'agent'")
             if seq is not None and seq != slot.seq + 1:
                 raise ServiceError(
                     409, f"step seq {seq} for env {idx} is out of order: the next step is {slot.seq + 1}"
@@ -322,11 +333,7 @@ class EnvService:
         done, info with `active`), or without `agent` the observations of all."""
         slot = self._slot(idx)
         with slot.lock:
-            if agent is None:
-                return slot.last_obs
-            if agent not in slot.views:
-                raise ServiceError(404, f"env {idx} has no agent {agent!r} (its agents: {sorted(slot.views)})")
-            return slot.views[agent]
+            return slot.last_obs if agent is None else self._view(slot, idx, agent)
 
     # -- clones ------------------------------------------------------------------------------------
     def snapshot(self, idx: int) -> str:
@@ -365,7 +372,7 @@ class EnvService:
             except Exception as e:
                 raise self._fault(slot, idx, "restore", e) from e
             slot.seq, slot.score, slot.last_obs, slot.needs_reset = 0, score, last_obs, needs_reset
-            slot.last_result, slot.pending = None, {}
+            slot.last_result, slot.pending, slot.acted = None, {}, {}
             slot.views = {a: {**v, "seq": 0} for a, v in copy.deepcopy(views).items()}
 
     def metrics(self) -> dict[str, float]:

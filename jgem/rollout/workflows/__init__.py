@@ -4,7 +4,11 @@ when the stream passes a budget), `tree` (each group forks from one episode's st
 (multi-agent games: a stream and an episode per seat the policy plays, self-play or against a scripted player)."""
 
 from jgem.rollout.workflow import WORKFLOWS, Workflow
-from jgem.rollout.workflows import agents, compact, tree, turns  # noqa: F401
+
+# registration order is the order errors list them: the default first
+# isort: off
+from jgem.rollout.workflows import turns, compact, tree, agents  # noqa: F401
+# isort: on
 
 
 def get_workflow(name: str) -> Workflow:

@@ -76,21 +76,16 @@ class Agents(Workflow):
             return [_faulted(ctx.trajectory(s), first.fault) for s in specs]
         agents = list(first.observations)
         cfg = ctx.cfg
-        opponent = _opponent(ctx)
+        opponent, flag = _opponent(ctx)
+        seat = "alternate" if ctx.evaluating else cfg.seat
+        errors = seat_errors(ctx.env_name, agents, opponent, seat, len(specs), flag, evaluation=ctx.evaluating)
+        if errors:
+            raise ValueError("; ".join(errors))
         if opponent == "self":
-            if len(specs) % len(agents):
-                raise ValueError(
-                    f"rollout.opponent self plays every seat of {ctx.env_name} ({len(agents)}: {agents}), so a group "
-                    f"is a whole number of games: set --group-size to a multiple of {len(agents)}, got {len(specs)}"
-                )
             games = [
                 {a: specs[g * len(agents) + i] for i, a in enumerate(agents)} for g in range(len(specs) // len(agents))
             ]
         else:
-            _players(ctx.env_name, opponent)  # an unknown name fails before any game is played
-            seat = "alternate" if ctx.evaluating else cfg.seat
-            if seat != "alternate" and seat not in agents:
-                raise ValueError(f"rollout.seat {seat!r} is not a seat of {ctx.env_name}: {agents}")
             games = [{_seat(seat, agents, s): s} for s in specs]
         out: dict[int, Trajectory] = {}
         results = await ctx.gather(
@@ -101,34 +96,71 @@ class Agents(Workflow):
         return [out[s.episode_id] for s in specs]
 
 
-def _opponent(ctx: Context) -> str:
-    """Who plays the other seats: rollout.opponent in training; in an evaluation rollout.eval_opponent, or the
-    game's first scripted player."""
+def _opponent(ctx: Context) -> tuple[str, str]:
+    """Who plays the other seats, and the flag that said so: rollout.opponent in training; in an evaluation
+    rollout.eval_opponent, or the game's first scripted player."""
     if not ctx.evaluating:
-        return ctx.cfg.opponent
-    return ctx.cfg.eval_opponent or next(iter(_players(ctx.env_name, None)), "self")
+        return ctx.cfg.opponent, "rollout.opponent"
+    return ctx.cfg.eval_opponent or next(iter(players_of(ctx.env_name)), "none"), "rollout.eval_opponent"
 
 
 def _seat(seat: str, agents: list[str], spec: Any) -> str:
     return agents[spec.episode_id % len(agents)] if seat == "alternate" else seat
 
 
-def _players(env_id: str, name: str | None) -> Any:
-    """The scripted player `name` of `env_id`'s game (its module's PLAYERS): a class for any seat, or a dict of seat
-    -> class (a cooperative game's speaker and listener). `name` None: the whole PLAYERS dict."""
+def players_of(env_id: str) -> dict[str, Any]:
+    """The scripted players of `env_id`'s game (its module's PLAYERS): name -> a class for any seat, or a dict of
+    seat -> class (a cooperative game's speaker and listener)."""
     from jgem.registry import spec
 
     entry = spec(env_id).entry_point
-    module = importlib.import_module(entry.partition(":")[0]) if isinstance(entry, str) else None
-    players = getattr(module, "PLAYERS", {})
-    if name is None:
-        return players
-    if name not in players:
-        raise ValueError(
-            f"rollout.opponent {name!r} is not a scripted player of {env_id}; its players: "
-            f"{', '.join(sorted(players)) or 'none'} (or 'self' for self-play)"
-        )
-    return players[name]
+    module = importlib.import_module(entry.partition(":")[0] if isinstance(entry, str) else entry.__module__)
+    return dict(getattr(module, "PLAYERS", {}))
+
+
+def player_for(env_id: str, name: str, seat: str) -> Any:
+    """The class of scripted player `name` at `seat` (checked by `seat_errors`)."""
+    p = players_of(env_id)[name]
+    return p[seat] if isinstance(p, dict) else p
+
+
+def seat_errors(
+    env_id: str,
+    agents: list[str],
+    opponent: str,
+    seat: str,
+    group_size: int,
+    flag: str,
+    *,
+    evaluation: bool = False,
+    name: Any = str,
+) -> list[str]:
+    """What keeps `opponent` (a scripted player's name, or "self") from filling the seats the policy leaves under
+    `seat` ("alternate" or an agent) with groups of `group_size`; each message names `flag` (and `name(field)` for the
+    other fields it names)."""
+    if opponent == "self":
+        if evaluation:
+            return [f"{flag} self: name a scripted player of {env_id} (only training plays itself, in whole games)"]
+        if group_size % len(agents):
+            return [
+                f"{flag} self plays every seat of {env_id} ({len(agents)}: {agents}), so a group is a whole number of "
+                f"games: set {name('group_size')} to a multiple of {len(agents)}, got {group_size}"
+            ]
+        return []
+    players = players_of(env_id)
+    if opponent not in players:
+        return [
+            f"{flag} {opponent!r} is not a scripted player of {env_id}; its players: "
+            f"{', '.join(players) or 'none'}" + ("" if evaluation else " (or self for self-play)")
+        ]
+    if seat != "alternate" and seat not in agents:
+        return [f"{name('rollout.seat')} {seat!r} is not a seat of {env_id}: {agents}"]
+    p = players[opponent]
+    needed = agents if seat == "alternate" else [a for a in agents if a != seat]
+    missing = [a for a in needed if isinstance(p, dict) and a not in p]
+    if missing:
+        return [f"{flag} {opponent!r} of {env_id} plays seats {sorted(p)}, not {missing}"]
+    return []
 
 
 def _faulted(traj: Trajectory, fault: str) -> Trajectory:
@@ -148,16 +180,11 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
     for s in seats.values():
         s.traj.role = agents.index(s.agent)
     scripted = {}
-    opponent = _opponent(ctx)
+    opponent, _ = _opponent(ctx)
     if opponent != "self":
-        players = _players(ctx.env_name, opponent)
         for a in agents:
             if a not in seats:
-                cls = players.get(a) if isinstance(players, dict) else players
-                if cls is None:
-                    raise ValueError(
-                        f"rollout.opponent {opponent!r} of {ctx.env_name} plays seats {sorted(players)}, not {a!r}"
-                    )
+                cls = player_for(ctx.env_name, opponent, a)
                 scripted[a] = cls(np.random.default_rng([spec0.seed, spec0.episode_id, agents.index(a)]))
                 scripted[a].reset(a, r.observations[a], r.infos[a])
     for s in seats.values():
