@@ -140,9 +140,29 @@ class TensorBoardWriter:
         the Ctrl-C test once waited out its 120 s). Every write is flushed, so what was logged is on disk."""
         import threading
 
+        for w in list(getattr(self._writer, "all_writers", {}).values()):
+            _close_once(w.event_writer)
         closer = threading.Thread(target=self._writer.close, name="jgem-tensorboard-close", daemon=True)
         closer.start()
         closer.join(CLOSE_TIMEOUT_S)
+
+
+def _close_once(event_writer: Any) -> None:
+    """Make `event_writer.close()` a no-op while another close of it runs: tensorboardX also closes it at exit
+    (atexit), and two closes at once fail (the second finds its queue gone: an AttributeError traceback on an
+    interrupted run's console, seen once under load). Not waiting: a close that hangs must not hang the exit."""
+    import threading
+
+    close, busy = event_writer.close, threading.Lock()
+
+    def close_once() -> None:
+        if busy.acquire(blocking=False):
+            try:
+                close()
+            finally:
+                busy.release()
+
+    event_writer.close = close_once
 
 
 CLOSE_TIMEOUT_S = 10.0

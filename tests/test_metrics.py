@@ -130,3 +130,37 @@ def test_console_row_does_not_wrap():
     w = ConsoleWriter(console=Console(file=buf, width=40, color_system=None))
     w.write(1, {f"metric/number_{i}": float(i) for i in range(8)})
     assert buf.getvalue().count("\n") == 1  # a log file gets one line per row, however narrow the console
+
+
+def test_a_tensorboard_close_racing_the_exit_hooks_close_is_quiet(tmp_path):
+    """tensorboardX closes its event writer again at exit (atexit); when our close is still running (slow, under
+    load), the two used to collide: the second found the queue gone and printed an AttributeError traceback on an
+    interrupted run's one-line console. Now the second close, while the first runs, does nothing."""
+    import threading
+    import time
+
+    from jgem.metrics import TensorBoardWriter
+
+    tb = TensorBoardWriter(tmp_path / "tb")
+    tb.write(1, {"a": 1.0})
+    (fw,) = tb._writer.all_writers.values()
+    ev = fw.event_writer
+    slow = ev._ev_writer.close
+
+    def slow_close():
+        time.sleep(0.3)
+        slow()
+
+    ev._ev_writer.close = slow_close
+    errors = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        closing = threading.Thread(target=tb.close)
+        closing.start()
+        time.sleep(0.1)  # our close is inside the slow part now
+        ev.close()  # what tensorboardX's atexit hook runs
+        closing.join()
+    finally:
+        threading.excepthook = hook
+    assert errors == [] and ev._closed
