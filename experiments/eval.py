@@ -7,6 +7,9 @@ trainer's held-out eval seeds (of the run's env, or of `--env-id`) through the t
 with `--out`, writes the metrics and every episode as JSON. Defaults (episodes, greedy) are the run's.
 `--suite` (or `--attempts`) plays every eval id of a suite, each problem K times, and prints GEM's table of pass@k
 and mean@k per id and on average (experiments/eval_suite.py); with `--out X.json` it also writes `X.md`.
+`--agents` evaluates a multi-agent run against the game's scripted players (`--opponents`, `--checkpoints last|all|
+STEP ...`): wins, draws and losses per seat with 95% intervals, and a Bradley-Terry league table
+(experiments/eval_agents.py).
 """
 
 from __future__ import annotations
@@ -143,6 +146,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", help="write the result (metrics and every episode) here as JSON")
     parser.add_argument("--import", dest="imports", action="append", default=[], help="import MODULE first")
     suite_flags(parser)
+    agents = parser.add_argument_group("multi-agent runs")
+    agents.add_argument("--agents", action="store_true", help="play the game's scripted players; a league table")
+    agents.add_argument("--opponents", nargs="+", help="scripted players to play (default: every one of the game)")
+    agents.add_argument("--checkpoints", nargs="+", default=["last"], help="last (default), all, or step numbers")
     args = parser.parse_args(argv)
     from experiments.train import fail
     from jgem.config import ConfigError
@@ -154,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         import_modules(args.imports)  # ids a custom module registers (runs trained with --import keep it themselves)
         if args.suite or args.attempts:
             return run_suite_cli(args, _say, lambda result, table: _write_suite(args.out, result, table))
+        if args.agents:
+            return _agents_cli(args)
         env_kwargs = args.env_kwargs
         if args.data_dir is not None:  # a dataset id reads its local copy there
             env_id, kwargs = run_env(args.path)
@@ -182,6 +191,29 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"wrote the metrics and every episode to {args.out}")
     else:
         print("(--out FILE writes the metrics and every episode as JSON)")
+    return result
+
+
+def _agents_cli(args: argparse.Namespace) -> dict[str, Any]:
+    from experiments import eval_agents
+    from experiments.train import fail
+
+    try:
+        result = eval_agents.evaluate_agents(
+            args.path,
+            opponents=args.opponents,
+            checkpoints=args.checkpoints,
+            episodes=args.episodes,
+            greedy=args.greedy,
+            say=_say,
+        )
+    except ValueError as e:
+        fail(str(e))
+    print(eval_agents.table(result))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(result, indent=2))
+        print(f"wrote the tables to {args.out}")
     return result
 
 

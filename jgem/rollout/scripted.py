@@ -206,6 +206,7 @@ def scripted_agent_episodes(
             truncated=truncated,
             stream=None if stream is None else np.asarray(stream, np.int32),
             role=agents.index(me),
+            outcome=last_info.get("outcome"),
         )
         episodes.append(episode)
     env.close()

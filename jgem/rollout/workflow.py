@@ -170,6 +170,7 @@ class Trajectory:
         self.next_prompt: np.ndarray | None = None
         self.own_prompts = own_prompts
         self.role = 0  # the seat it played in a multi-agent game (a per-role estimator's baseline)
+        self.outcome: str | None = None  # its seat's result in a multi-agent game (the env's `outcome`)
 
     def record(self, action: Generation, reward: float, info: dict[str, Any] | None = None) -> None:
         """Train on `action` as this trajectory's next turn, with `reward` (returns are discounted over turns)."""
@@ -238,6 +239,7 @@ class Trajectory:
             stream=stream,
             next_prompt=None if self.next_prompt is None or self.fault else np.asarray(self.next_prompt, np.int32),
             role=self.role,
+            outcome=self.outcome,
         )
 
     def _one_stream(self) -> bool:

@@ -147,6 +147,17 @@ def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_script
     assert np.isfinite(summary["final_eval"]["eval/return"]), summary
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(np.isfinite(r.get("train/loss", np.nan)) for r in rows)
+    # experiments.eval --agents: the checkpoint against the game's scripted player, per seat, and a league table
+    from experiments.eval import main
+
+    out = tmp_path / "agents.json"
+    result = main([str(tmp_path / "run"), "--agents", "--episodes", "4", "--out", str(out)])
+    assert result == json.loads(out.read_text())
+    seats = result["policy"]["step 1"]["echo"]
+    assert set(seats) == {"a", "b"} and sum(r["games"] for r in seats.values()) == 4
+    assert all(r["win_rate_lo"] <= r["win_rate"] <= r["win_rate_hi"] for r in seats.values())
+    assert seats["a"]["wins"] == 2 and seats["b"]["losses"] == 2  # SecretsEnv: a wins every game
+    assert set(result["league"]) == {"step 1", "echo"}
 
 
 @pytest.mark.parametrize(

@@ -230,6 +230,7 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
     for s in seats.values():
         info = r.infos.get(s.agent, {})
         s.traj.success = info.get("outcome") in SUCCESS and bool(s.traj.turns)  # a forfeit before it moved: no
+        s.traj.outcome = info.get("outcome")
         s.traj.truncated = truncated or bool(r.truncations.get(s.agent))
     return [s.traj for s in seats.values()]
 

@@ -1,0 +1,150 @@
+"""`python -m experiments.eval RUN --agents`: a multi-agent run's policy against the game's scripted players.
+
+For each checkpoint asked for (`--checkpoints last` by default, `all`, or step numbers) and each scripted player
+(`--opponents`, default every player of the game that fills the other seats), the policy plays the trainer's
+held-out eval seeds at alternating seats (the `agents` workflow's evaluation, `rollout.eval_opponent` set to the
+player), and the table gives wins, draws and losses per seat with the win rate's 95% Wilson interval. The scripted
+players also play each other (in process, the same number of games, seats alternating), and a Bradley-Terry league
+table puts every checkpoint and player on one Elo scale (`jgem.train.league`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.restore import load_run, resolve
+
+
+def evaluate_agents(
+    path: str | Path,
+    *,
+    opponents: Sequence[str] | None = None,
+    checkpoints: Sequence[str] = ("last",),
+    episodes: int | None = None,
+    greedy: bool | None = None,
+    say: Any = lambda _: None,
+) -> dict[str, Any]:
+    from jgem.checkpoint import CheckpointConfig, Checkpointer
+    from jgem.config import agent_seats
+    from jgem.envs.multiagent.base import play_match
+    from jgem.registry import make
+    from jgem.rollout.workflows.agents import player_for, players_of, seat_errors
+    from jgem.train.league import Tally, bradley_terry
+
+    t0 = time.perf_counter()
+    run_dir, step = resolve(path)
+    overrides: dict[str, Any] = {}
+    if episodes is not None:
+        overrides["eval_episodes"] = episodes
+    if greedy is not None:
+        overrides["eval_greedy"] = greedy
+    run, first = load_run(path, **overrides)
+    try:
+        cfg = run.cfg
+        env_id = cfg.env.env_id
+        agents = agent_seats(cfg.env)
+        if cfg.rollout.workflow != "agents" or not agents:
+            raise ValueError(f"--agents evaluates multi-agent runs (rollout.workflow agents); {run_dir} plays {env_id}")
+        names = list(opponents or [p for p in players_of(env_id) if not _errors(env_id, agents, p, seat_errors)])
+        for name in names:
+            errors = _errors(env_id, agents, name, seat_errors)
+            if errors:
+                raise ValueError("; ".join(errors).replace("rollout.eval_opponent", "--opponents"))
+        with Checkpointer(CheckpointConfig(str(run_dir / "checkpoints"))) as ckpt:
+            saved = ckpt.all_steps()
+        steps = _steps(checkpoints, saved, first if step is None else step)
+        results: dict[str, dict[str, Any]] = {}
+        games: list[tuple[str, str, float]] = []
+        for s in steps:
+            run.restore_policy(run_dir / "checkpoints", s)
+            me = f"step {s}"
+            results[me] = {}
+            for name in names:
+                run.engine.cfg = dataclasses.replace(run.engine.cfg, eval_opponent=name)
+                eps = run.collect(s, eval=True)
+                seats = {a: Tally() for a in agents}
+                for e in eps:
+                    seats[agents[e.role]].add(e.outcome, e.episode_return)
+                    games.append((me, name, _score(e.outcome)))
+                results[me][name] = {a: t.row() for a, t in seats.items()}
+                say(
+                    f"{me} vs {name}: "
+                    + ", ".join(f"as {a} {t.wins}-{t.draws}-{t.losses}" for a, t in seats.items())
+                    + f" ({time.perf_counter() - t0:.0f} s)"
+                )
+        n = cfg.eval_episodes
+        env = make(env_id, **cfg.env.env_kwargs)
+        scripted: dict[str, dict[str, Any]] = {}
+        for a_name in names:  # the players against each other: the league's common ground
+            for b_name in names:
+                if a_name == b_name:
+                    continue
+                tally = Tally()
+                for k in range(n):
+                    seat = agents[k % len(agents)]  # a_name's seat; b_name at the others
+                    players = {
+                        x: player_for(env_id, a_name if x == seat else b_name, x)(
+                            np.random.default_rng([cfg.seed, k, i])
+                        )
+                        for i, x in enumerate(agents)
+                    }
+                    returns, last = play_match(env, players, seed=10**9 + k)
+                    tally.add(last[seat].get("outcome"), returns[seat])
+                    games.append((a_name, b_name, _score(last[seat].get("outcome"))))
+                scripted.setdefault(a_name, {})[b_name] = tally.row()
+        env.close()
+        league = bradley_terry(games)
+    finally:
+        run.close()
+    return {
+        "run": str(run_dir),
+        "env_id": env_id,
+        "seats": agents,
+        "opponents": names,
+        "greedy": cfg.eval_greedy,
+        "episodes": cfg.eval_episodes,
+        "policy": results,
+        "scripted": scripted,
+        "league": dict(sorted(league.items(), key=lambda kv: -kv[1])),
+    }
+
+
+def _errors(env_id: str, agents: list[str], name: str, seat_errors: Any) -> list[str]:
+    return seat_errors(env_id, agents, name, "alternate", 1, "rollout.eval_opponent", evaluation=True)
+
+
+def _score(outcome: str | None) -> float:
+    return 1.0 if outcome in ("win", "success") else 0.5 if outcome == "draw" else 0.0
+
+
+def _steps(asked: Sequence[str], saved: Sequence[int], default: int) -> list[int]:
+    if list(asked) == ["last"]:
+        return [default]
+    if list(asked) == ["all"]:
+        return list(saved)
+    steps = []
+    for a in asked:
+        if not a.isdigit() or int(a) not in saved:
+            raise ValueError(f"--checkpoints {a!r}: the run has checkpoints {list(saved)} (or say last, all)")
+        steps.append(int(a))
+    return steps
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [f"{result['run']} on {result['env_id']}: {result['episodes']} games per opponent, seats alternating"]
+    lines.append(f"{'policy':<12} {'opponent':<14} {'seat':<10} {'W-D-L':>9} {'win rate (95% CI)':>22} {'return':>8}")
+    for me, per in result["policy"].items():
+        for name, seats in per.items():
+            for seat, r in seats.items():
+                wdl = f"{r['wins']}-{r['draws']}-{r['losses']}"
+                ci = f"{r['win_rate']:.2f} [{r['win_rate_lo']:.2f}, {r['win_rate_hi']:.2f}]"
+                lines.append(f"{me:<12} {name:<14} {seat:<10} {wdl:>9} {ci:>22} {r['mean_return']:>8.3f}")
+    lines.append("league (Bradley-Terry, Elo points, mean 0):")
+    lines += [f"  {name:<16} {elo:+8.1f}" for name, elo in result["league"].items()]
+    return "\n".join(lines)
