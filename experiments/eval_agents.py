@@ -3,9 +3,11 @@
 For each checkpoint asked for (`--checkpoints last` by default, `all`, or step numbers) and each scripted player
 (`--opponents`, default every player of the game that fills the other seats), the policy plays the trainer's
 held-out eval seeds at alternating seats (the `agents` workflow's evaluation, `rollout.eval_opponent` set to the
-player), and the table gives wins, draws and losses per seat with the win rate's 95% Wilson interval. The scripted
-players also play each other (in process, the same number of games, seats alternating), and a Bradley-Terry league
-table puts every checkpoint and player on one Elo scale (`jgem.train.league`).
+player), and the table gives wins, draws and losses per seat with the win rate's 95% Wilson interval. Every pair of
+checkpoints plays too: the later one's policy is loaded beside the earlier one's and the engine pins the other
+seats' streams to it (`rollout.eval_opponent policy:-1`). The scripted players also play each other (in process, the
+same number of games, seats alternating), and a Bradley-Terry league table puts every checkpoint and player on one
+Elo scale (`jgem.train.league`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def evaluate_agents(
     from jgem.config import agent_seats
     from jgem.envs.multiagent.base import play_match
     from jgem.registry import make
-    from jgem.rollout.workflows.agents import player_for, players_of, seat_errors
+    from jgem.rollout.workflows.agents import POLICY, player_for, players_of, seat_errors
     from jgem.train.league import Tally, bradley_terry
 
     t0 = time.perf_counter()
@@ -78,6 +80,20 @@ def evaluate_agents(
                     + ", ".join(f"as {a} {t.wins}-{t.draws}-{t.losses}" for a, t in seats.items())
                     + f" ({time.perf_counter() - t0:.0f} s)"
                 )
+        frozen: dict[str, dict[str, Any]] = {}
+        for i, a_step in enumerate(steps):  # every pair of checkpoints: the later one frozen at the other seats
+            for b_step in steps[i + 1 :]:
+                run.restore_policy(run_dir / "checkpoints", b_step)
+                other = run.policy()  # holds b's arrays; restoring a replaces the run's, not these
+                run.restore_policy(run_dir / "checkpoints", a_step)
+                run.engine.cfg = dataclasses.replace(run.engine.cfg, eval_opponent=f"{POLICY}{FROZEN}")
+                eps = run.collect(a_step, eval=True, others={FROZEN: other})
+                tally = Tally()
+                for e in eps:
+                    tally.add(e.outcome, e.episode_return)
+                    games.append((f"step {a_step}", f"step {b_step}", _score(e.outcome)))
+                frozen.setdefault(f"step {a_step}", {})[f"step {b_step}"] = tally.row()
+                say(f"step {a_step} vs step {b_step}: {tally.wins}-{tally.draws}-{tally.losses}")
         n = cfg.eval_episodes
         env = make(env_id, **cfg.env.env_kwargs)
         scripted: dict[str, dict[str, Any]] = {}
@@ -111,8 +127,12 @@ def evaluate_agents(
         "episodes": cfg.eval_episodes,
         "policy": results,
         "scripted": scripted,
+        "checkpoints": frozen,
         "league": dict(sorted(league.items(), key=lambda kv: -kv[1])),
     }
+
+
+FROZEN = -1  # the policy version a checkpoint-against-checkpoint game's other seats are pinned to
 
 
 def _errors(env_id: str, agents: list[str], name: str, seat_errors: Any) -> list[str]:
@@ -145,6 +165,11 @@ def table(result: dict[str, Any]) -> str:
                 wdl = f"{r['wins']}-{r['draws']}-{r['losses']}"
                 ci = f"{r['win_rate']:.2f} [{r['win_rate_lo']:.2f}, {r['win_rate_hi']:.2f}]"
                 lines.append(f"{me:<12} {name:<14} {seat:<10} {wdl:>9} {ci:>22} {r['mean_return']:>8.3f}")
+    for me, per in result["checkpoints"].items():
+        for other, r in per.items():
+            wdl = f"{r['wins']}-{r['draws']}-{r['losses']}"
+            ci = f"{r['win_rate']:.2f} [{r['win_rate_lo']:.2f}, {r['win_rate_hi']:.2f}]"
+            lines.append(f"{me:<12} {other:<14} {'both':<10} {wdl:>9} {ci:>22} {r['mean_return']:>8.3f}")
     lines.append("league (Bradley-Terry, Elo points, mean 0):")
     lines += [f"  {name:<16} {elo:+8.1f}" for name, elo in result["league"].items()]
     return "\n".join(lines)

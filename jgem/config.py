@@ -660,13 +660,20 @@ def _workflow_errors(cfg: TrainConfig, name: FieldName) -> list[str]:
             f"{name('env.system_prompt')}"
         )
     if multi and workflow.raw_env and (agents := agent_seats(cfg.env)):
-        from jgem.rollout.workflows.agents import players_of, seat_errors
+        from jgem.rollout.workflows.agents import POLICY, players_of, seat_errors
 
         r, env_id = cfg.rollout, cfg.env.env_id
         errors += seat_errors(env_id, agents, r.opponent, r.seat, cfg.group_size, name("rollout.opponent"), name=name)
         if cfg.eval_every:
             judge = r.eval_opponent or next(iter(players_of(env_id)), "none")
-            errors += seat_errors(env_id, agents, judge, "alternate", 1, name("rollout.eval_opponent"), evaluation=True)
+            if judge.startswith(POLICY):
+                errors.append(
+                    f"{name('rollout.eval_opponent')} {judge}: a frozen policy version plays only in evaluations that "
+                    "load it (experiments.eval --agents); name a scripted player"
+                )
+            else:
+                flag = name("rollout.eval_opponent")
+                errors += seat_errors(env_id, agents, judge, "alternate", 1, flag, evaluation=True)
     return errors
 
 

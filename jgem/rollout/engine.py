@@ -194,11 +194,12 @@ class RolloutEngine:
         greedy: bool | None = None,
         version: int = 0,
         evaluation: bool = False,
+        others: dict[int, Any] | None = None,
     ) -> list[Episode]:
         """Play every spec to its end (or `max_turns`, or a token budget); episodes in `specs` order. `model`: an
         nnx module or `(graphdef, state)`; `greedy` overrides the config's for this call (evaluation); `version`: the
-        policy version recorded on every sampled token. The engine must be idle (nothing submitted or in flight), and
-        is idle again after."""
+        policy version recorded on every sampled token; `others`: the models of other versions streams are pinned to
+        (frozen opponents). The engine must be idle (nothing submitted or in flight), and is idle again after."""
         if self.busy:
             raise ValueError("collect needs an idle engine; run() the submitted episodes to their end first")
         if self.pool.num_in_flight:
@@ -206,7 +207,7 @@ class RolloutEngine:
         self.stats = RolloutStats()
         try:
             self.submit(specs, rng, max_turns=max_turns, greedy=greedy, version=version, evaluation=evaluation)
-            self.run({version: model})
+            self.run({**(others or {}), version: model})
         except Exception:  # an env or a prompt that cannot be played: the next collect starts afresh
             self._drop_work()
             self._discard_in_flight()
@@ -245,7 +246,7 @@ class RolloutEngine:
         self._last_play = play = _Play(key, stream, max_turns, sampling, self._key_id(key), evaluation)
         units = [_Unit(g, play, version, [], []) for g in self._runs(specs)]
         for u in units:
-            need = self.workflow.width(len(u.specs))
+            need = self._width(u)
             if need > self.slots.per_shard or need > self.pool.num_envs:
                 raise ValueError(
                     f"rollout workflow {self.workflow.name!r} holds {need} slots and envs per run (a group of "
@@ -300,6 +301,9 @@ class RolloutEngine:
                 continue
             if self.slots.lockstep:  # a process without rows of a version takes part with padding rows
                 groups = {v: groups.get(v, []) for v in range(-neg_lo, hi + 1)}
+            missing = [v for v in groups if v not in models and groups[v]]
+            if missing:
+                raise KeyError(f"run: no model for policy version(s) {missing}, which live streams sample with")
             for version, slots in groups.items():
                 model, play = models[version], self._play_of(slots)
                 ext = [i for i in slots if self._live[i].phase == "extend"]
@@ -363,7 +367,7 @@ class RolloutEngine:
             u.version = version
         redo = 0
         for x in self._live:
-            if x is None:
+            if x is None or x.pinned:  # a frozen opponent keeps its version
                 continue
             x.version, x.prefix_key = version, None  # its prompt's keys and values are another version's
             if stale_kv == "recompute" and x.cached:
@@ -422,7 +426,7 @@ class RolloutEngine:
         started = []
         while self._queue:
             unit = self._queue[0]
-            need = self.workflow.width(len(unit.specs))
+            need = self._width(unit)
             slots = self._slots_for(free_slots, need)
             if len(free_envs) < need or slots is None:
                 break
@@ -562,12 +566,28 @@ class RolloutEngine:
                 self._resume(task, (b.obs[j], float(b.rewards[j]), bool(b.terminated[j]), bool(b.truncated[j]), info))
         self._flush_env()
 
-    def _open(self, unit: _Unit, tokens: Sequence[int], *, share: bool, spec: EpisodeSpec) -> Stream:
+    def _width(self, unit: _Unit) -> int:
+        """The slots and envs one run of `unit` holds (`Workflow.width_of`; a duck-typed workflow's `width`)."""
+        width_of = getattr(self.workflow, "width_of", None)
+        if width_of is None:
+            return self.workflow.width(len(unit.specs))
+        return width_of(len(unit.specs), cfg=self.cfg, env_name=self.env_name, evaluating=unit.play.evaluation)
+
+    def _open(
+        self, unit: _Unit, tokens: Sequence[int], *, share: bool, spec: EpisodeSpec, version: int | None = None
+    ) -> Stream:
         if not len(tokens):
             raise ValueError(f"rollout workflow {self.workflow.name!r}: open a stream with at least one token")
+        if version is not None and self.slots.lockstep:
+            raise ValueError(
+                f"rollout workflow {self.workflow.name!r}: a stream pinned to policy version {version} needs a sampler "
+                "on one process (in lockstep every process runs every version's chunk between the oldest and newest)"
+            )
         slot = self._free_slot(unit)
         segment = StreamSegment(tokens)
-        stream = Stream(slot, unit, spec.episode_id, spec.group_id, unit.version, segment, share=share)
+        pinned = version is not None
+        version = unit.version if version is None else version
+        stream = Stream(slot, unit, spec.episode_id, spec.group_id, version, segment, share=share, pinned=pinned)
         stream.lane = self._lane(unit, spec.episode_id)
         self._live[slot] = stream
         unit.streams.append(stream)

@@ -70,6 +70,11 @@ class Workflow:
     def width(self, group_size: int) -> int:
         return 1
 
+    def width_of(self, group_size: int, *, cfg: Any, env_name: str, evaluating: bool) -> int:
+        """`width` for a run under `cfg` on `env_name` (an evaluation's or not): what the engine reserves. A workflow
+        whose width depends on the config or the env overrides this; the default is `width(group_size)`."""
+        return self.width(group_size)
+
     def group_errors(self, group_size: int) -> list[str]:
         """What is wrong with `group_size` for this workflow (a grouped one plays a group from one state: >= 2)."""
         return [f"plays a group's episodes from one state, so it needs {{group_size}} >= 2, got {group_size}"] * (
@@ -121,6 +126,7 @@ class Stream:
     share: bool = False  # its first tokens may be copied from a group peer's slot (until its first action ends)
     prefix_key: tuple | None = None  # (version, stream, group, first tokens) while the slot holds their keys/values
     redo: int = 0  # positions a publication (stale_kv recompute) dropped, counted when they are prefilled again
+    pinned: bool = False  # samples with its own `version` whatever the run's (a frozen opponent); publications skip it
     waiter: Any = None  # the task awaiting its action
 
     @property
@@ -319,16 +325,19 @@ class Context:
 
     # -- streams --------------------------------------------------------------------------------------
 
-    def open(self, tokens: Sequence[int], *, share: bool = True, episode_id: int | None = None) -> Stream:
+    def open(
+        self, tokens: Sequence[int], *, share: bool = True, episode_id: int | None = None, version: int | None = None
+    ) -> Stream:
         """A new stream on a free reserved slot, holding `tokens`. `share`: streams of a group with equal first
         tokens (and policy version) prefill them once and copy the keys and values. `episode_id`: whose draws its
-        tokens are (default: the episode's)."""
+        tokens are (default: the episode's). `version`: the stream samples with that policy version for good (a
+        frozen opponent; the engine's `run` must be given its model), not the run's."""
         spec = self.spec if episode_id is None else next((s for s in self.specs if s.episode_id == episode_id), None)
         if spec is None:
             raise ValueError(
                 f"open: episode {episode_id} is not one of this run's {[s.episode_id for s in self.specs]}"
             )
-        return self._engine._open(self._unit, tokens, share=share, spec=spec)
+        return self._engine._open(self._unit, tokens, share=share, spec=spec, version=version)
 
     def append(self, stream: Stream, tokens: Sequence[int]) -> None:
         """Tokens after what `stream` holds (prefilled with the next `generate`)."""

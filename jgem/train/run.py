@@ -246,9 +246,12 @@ class Run:
         cut = (self.cfg.eval_max_turns or MAX_TURNS_CAP) if eval else self.curriculum.max_turns(step)
         return min(cut, self.env_max_turns) if self.env_max_turns else cut
 
-    def collect(self, step: int, *, eval: bool = False, round: int = 0, version: int = 0) -> list[Episode]:
+    def collect(
+        self, step: int, *, eval: bool = False, round: int = 0, version: int = 0, others: dict[int, Any] | None = None
+    ) -> list[Episode]:
         """Step `step`'s episodes (or its evaluation's, or dynamic sampling's extra `round`), played by the current
-        policy (recorded as `version` on the tokens) to the end."""
+        policy (recorded as `version` on the tokens) to the end; `others`: policies of other versions that streams
+        are pinned to (a multi-agent evaluation's frozen opponents)."""
         cfg = self.cfg
         key = jax.random.fold_in(jax.random.key(cfg.seed), step * 2 + int(eval))
         return self.engine.collect(
@@ -259,6 +262,7 @@ class Run:
             greedy=cfg.eval_greedy if eval else None,
             version=version,
             evaluation=eval,
+            others=others,
         )
 
     def restore_policy(self, checkpoints: str | Path, step: int) -> None:

@@ -133,15 +133,15 @@ def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_script
 
     cfg = small_config(
         str(tmp_path / "run"),
-        steps=1,
+        steps=2,
         algorithm="rae",
         group_size=2,
         episodes_per_step=4,
         env={"env_id": "test:secrets", "num_envs": 4, "imports": ("tests.rollout.envs",)},
         rollout={"workflow": "agents", "eval_opponent": "echo"},
-        eval_every=1,
+        eval_every=2,
         eval_episodes=4,
-        checkpoint_every=100,
+        checkpoint_every=1,
     )
     summary = Trainer(cfg).run()
     assert np.isfinite(summary["final_eval"]["eval/return"]), summary
@@ -151,13 +151,62 @@ def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_script
     from experiments.eval import main
 
     out = tmp_path / "agents.json"
-    result = main([str(tmp_path / "run"), "--agents", "--episodes", "4", "--out", str(out)])
+    result = main([str(tmp_path / "run"), "--agents", "--checkpoints", "all", "--episodes", "4", "--out", str(out)])
     assert result == json.loads(out.read_text())
-    seats = result["policy"]["step 1"]["echo"]
-    assert set(seats) == {"a", "b"} and sum(r["games"] for r in seats.values()) == 4
-    assert all(r["win_rate_lo"] <= r["win_rate"] <= r["win_rate_hi"] for r in seats.values())
-    assert seats["a"]["wins"] == 2 and seats["b"]["losses"] == 2  # SecretsEnv: a wins every game
-    assert set(result["league"]) == {"step 1", "echo"}
+    for step in ("step 1", "step 2"):
+        seats = result["policy"][step]["echo"]
+        assert set(seats) == {"a", "b"} and sum(r["games"] for r in seats.values()) == 4
+        assert all(r["win_rate_lo"] <= r["win_rate"] <= r["win_rate_hi"] for r in seats.values())
+        assert seats["a"]["wins"] == 2 and seats["b"]["losses"] == 2  # SecretsEnv: a wins every game
+    # checkpoint against checkpoint: step 2's policy pinned at the other seat; a wins, so half the games each way
+    assert result["checkpoints"]["step 1"]["step 2"]["wins"] == 2 == result["checkpoints"]["step 1"]["step 2"]["losses"]
+    assert set(result["league"]) == {"step 1", "step 2", "echo"}
+
+
+def test_a_frozen_policy_version_plays_the_other_seats_with_its_own_model(setup):
+    """`rollout.eval_opponent policy:-1`: the other seat's stream is pinned to version -1 and decoded by that
+    version's model only (its chunks apart, checked by the params each chunk is dispatched with); the trained seat's
+    tokens carry the run's version; a missing model is named."""
+    from jgem.rollout.workflows.agents import POLICY
+    from tests.train_utils import perturbed
+
+    chat, cfg, model = setup
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    other = nnx.merge(graphdef, perturbed(params, 0.5, seed=1), rest)
+    first = lambda state: float(np.asarray(jax.tree.leaves(state)[0]).ravel()[0])  # a mark of whose params
+    specs = [EpisodeSpec(i, i, 70 + i) for i in range(4)]
+    rcfg = RolloutConfig(
+        view="chat", max_new_tokens=6, max_episode_tokens=400, workflow="agents", eval_opponent=f"{POLICY}-1"
+    )
+
+    def play(frozen, spy=None):
+        with EnvPool("test:secrets", 4, backend="inline") as pool:
+            engine = RolloutEngine(cfg, pool, chat, rcfg, env_name="test:secrets")
+            if spy is not None:
+                spy(engine)
+            return engine.collect(model, specs, jax.random.key(3), max_turns=50, evaluation=True, others=frozen)
+
+    chunks = []
+
+    def spy(engine):
+        dispatch = engine._dispatch
+
+        def recording(m, slots, play):
+            whose = first(nnx.state(nnx.merge(*m), nnx.Param))
+            chunks.append((whose, [engine._live[i].pinned for i in slots], engine._live[slots[0]].version))
+            return dispatch(m, slots, play)
+
+        engine._dispatch = recording
+
+    mixed = play({-1: other}, spy)
+    assert {v for _, _, v in chunks} == {-1, 0}
+    for whose, pinned, version in chunks:  # each chunk one version: the pinned streams', with the frozen model
+        assert all(pinned) if version == -1 else not any(pinned)
+        assert whose == first(nnx.state(other if version == -1 else model, nnx.Param))
+    assert all(e.role == k % 2 for k, e in enumerate(mixed))
+    assert all((t.versions == 0).all() for e in mixed for t in e.transitions)
+    with pytest.raises(KeyError, match=r"no model for policy version\(s\) \[-1\]"):
+        play({})
 
 
 @pytest.mark.parametrize(
@@ -170,6 +219,10 @@ def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_script
         (
             dict(rollout={"workflow": "agents"}),
             "plays multi-agent games .multi:.., and game:GuessTheNumber-v0-easy has",
+        ),
+        (
+            dict(env={"env_id": "multi:TicTacToe-v0-easy"}, rollout={"workflow": "agents", "opponent": "policy:1"}),
+            "rollout.opponent policy:1: a frozen policy version plays only in evaluations that load it",
         ),
         (
             dict(env={"env_id": "multi:TicTacToe-v0-easy", "system_prompt": "hi"}, rollout={"workflow": "agents"}),

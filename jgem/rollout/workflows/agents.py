@@ -18,6 +18,7 @@ is added to that seat's last turn.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from jgem.rollout.views import first_prompt, observation_suffix
 from jgem.rollout.workflow import Context, Generation, Stream, Trajectory, Workflow, register_workflow
 
 SUCCESS = ("win", "success")
+POLICY = "policy:"  # an opponent "policy:N": the other seats are played by policy version N (frozen, not trained)
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Seat:
     num_messages: int = 0
     last: Generation | None = None
     waiting: list[str] = field(default_factory=list)
+    version: int | None = None  # a frozen policy version's seat: its stream is pinned to it (not trained)
 
 
 class Agents(Workflow):
@@ -54,6 +57,12 @@ class Agents(Workflow):
 
     def width(self, group_size: int) -> int:
         return group_size  # a slot per seat the policy plays; an env per game
+
+    def width_of(self, group_size: int, *, cfg: Any, env_name: str, evaluating: bool) -> int:
+        opponent = (cfg.eval_opponent if evaluating else cfg.opponent) or ""
+        if opponent.startswith(POLICY):  # each game also holds a slot per seat the frozen policy plays
+            return group_size * seat_count(env_name)
+        return group_size
 
     def group_errors(self, group_size: int) -> list[str]:
         return []  # any size with a scripted opponent; self-play checks the seats when the game tells them
@@ -108,6 +117,21 @@ def _seat(seat: str, agents: list[str], spec: Any) -> str:
     return agents[spec.episode_id % len(agents)] if seat == "alternate" else seat
 
 
+@functools.cache
+def seat_count(env_id: str) -> int:
+    """How many seats `env_id`'s game has (one env built here, once); 2 when it cannot be built here (a remote id)."""
+    from jgem.registry import make
+
+    try:
+        game = make(env_id)
+    except Exception:  # noqa: BLE001 - an id this process cannot build: two-seat games are the common case
+        return 2
+    try:
+        return len(game.possible_agents)
+    finally:
+        game.close()
+
+
 def players_of(env_id: str) -> dict[str, Any]:
     """The scripted players of `env_id`'s game (its module's PLAYERS): name -> a class for any seat, or a dict of
     seat -> class (a cooperative game's speaker and listener)."""
@@ -147,6 +171,17 @@ def seat_errors(
                 f"games: set {name('group_size')} to a multiple of {len(agents)}, got {group_size}"
             ]
         return []
+    if opponent.startswith(POLICY):
+        if not evaluation:
+            return [
+                f"{flag} {opponent}: a frozen policy version plays only in evaluations that load it "
+                "(experiments.eval --agents)"
+            ]
+        if not opponent[len(POLICY) :].lstrip("-").isdigit():
+            return [f"{flag} {opponent!r}: name a policy version as {POLICY}N"]
+        return [f"{name('rollout.seat')} {seat!r} is not a seat of {env_id}: {agents}"] * (
+            seat != "alternate" and seat not in agents
+        )
     players = players_of(env_id)
     if opponent not in players:
         return [
@@ -169,7 +204,8 @@ def _faulted(traj: Trajectory, fault: str) -> Trajectory:
 
 
 async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep | None) -> list[Trajectory]:
-    """One game on `env`: `game` maps each seat the policy plays to its spec; the other seats are scripted."""
+    """One game on `env`: `game` maps each seat the policy plays to its spec; the other seats are scripted, or
+    played by a frozen policy version (`policy:N`: streams pinned to version N, whose turns are not trained)."""
     cfg = ctx.cfg
     spec0 = next(iter(game.values()))
     r = first if first is not None else AgentsStep.unpack(await ctx.reset(env, spec0.seed))
@@ -181,17 +217,23 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
         s.traj.role = agents.index(s.agent)
     scripted = {}
     opponent, _ = _opponent(ctx)
-    if opponent != "self":
+    frozen: dict[str, Seat] = {}  # seats a frozen policy version plays: rendered as the policy's, never trained
+    if opponent.startswith(POLICY):
+        frozen = {a: Seat(a, ctx.trajectory(spec0)) for a in agents if a not in seats}
+        for s in frozen.values():
+            s.version = int(opponent[len(POLICY) :])
+    elif opponent != "self":
         for a in agents:
             if a not in seats:
                 cls = player_for(ctx.env_name, opponent, a)
                 scripted[a] = cls(np.random.default_rng([spec0.seed, spec0.episode_id, agents.index(a)]))
                 scripted[a].reset(a, r.observations[a], r.infos[a])
-    for s in seats.values():
+    llm = {**seats, **frozen}  # every seat a policy plays, trained or frozen
+    for s in llm.values():
         s.waiting.append(r.observations[s.agent])
     steps, truncated = 0, False
     while not r.done:
-        mine = [seats[a] for a in r.active if a in seats]
+        mine = [llm[a] for a in r.active if a in llm]
         for s in mine:
             _show(ctx, s)
         if any(len(s.stream.tokens) + cfg.max_new_tokens > cfg.max_episode_tokens for s in mine):
@@ -204,15 +246,16 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
             *(ctx.generate(s.stream, ctx.token_limit(len(s.traj.turns), s.traj.spec)) for s in mine)
         )
         actions = {s.agent: ctx.text(g) for s, g in zip(mine, gens)}
-        actions.update({a: scripted[a].act() for a in r.active if a not in seats})
+        actions.update({a: scripted[a].act() for a in r.active if a not in llm})
         r = AgentsStep.unpack(await ctx.step(actions, env))
         steps += 1
         for s, g in zip(mine, gens):
-            s.traj.record(g, 0.0)  # its reward comes with the step's (below), to its last turn
             s.last = g
             s.messages.append({"role": "assistant", "content": actions[s.agent]})
-            ctx.stats.turns += 1
-            ctx.stats.action_tokens += len(g.ids)
+            if s.version is None:  # a trained seat's turn (a frozen one's action is only played)
+                s.traj.record(g, 0.0)  # its reward comes with the step's (below), to its last turn
+                ctx.stats.turns += 1
+                ctx.stats.action_tokens += len(g.ids)
         if r.fault is not None:
             return [_faulted(s.traj, r.fault) for s in seats.values()]
         for a, reward in r.rewards.items():
@@ -220,8 +263,8 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
                 t = seats[a].traj
                 t.set_reward(len(t.turns) - 1, t.turns[-1].reward + reward)
         for a, obs in r.observations.items():
-            if a in seats:
-                seats[a].waiting.append(obs)
+            if a in llm:
+                llm[a].waiting.append(obs)
             elif a in scripted:
                 scripted[a].update(obs, r.infos[a])
         if not r.done and steps >= ctx.max_turns:
@@ -254,7 +297,7 @@ def _show(ctx: Context, s: Seat) -> None:
                 f"{len(tokens)} tokens, which leaves no room for --rollout.max-new-tokens {cfg.max_new_tokens} within "
                 f"--rollout.max-episode-tokens {cfg.max_episode_tokens}; raise the latter"
             )
-        s.stream = ctx.open(tokens, episode_id=s.traj.spec.episode_id)
+        s.stream = ctx.open(tokens, episode_id=s.traj.spec.episode_id, version=s.version)
         return
     if not s.waiting:
         return
