@@ -159,10 +159,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         _say(f"the results go to {args.out} (metrics and every episode, JSON)")
     try:
         import_modules(args.imports)  # ids a custom module registers (runs trained with --import keep it themselves)
-        if args.suite or args.attempts:
-            return run_suite_cli(args, _say, lambda result, table: _write_suite(args.out, result, table))
         if args.agents:
             return _agents_cli(args)
+        if args.opponents or args.checkpoints != ["last"]:
+            raise SuiteError("--opponents and --checkpoints are for multi-agent runs: add --agents")
+        if args.suite or args.attempts:
+            return run_suite_cli(args, _say, lambda result, table: _write_suite(args.out, result, table))
         env_kwargs = args.env_kwargs
         if args.data_dir is not None:  # a dataset id reads its local copy there
             env_id, kwargs = run_env(args.path)
@@ -198,6 +200,19 @@ def _agents_cli(args: argparse.Namespace) -> dict[str, Any]:
     from experiments import eval_agents
     from experiments.train import fail
 
+    other = [
+        f
+        for f, v in (
+            ("--env-id", args.env_id),
+            ("--env-kwargs", args.env_kwargs),
+            ("--suite", args.suite),
+            ("--attempts", args.attempts),
+            ("--data-dir", args.data_dir),
+        )
+        if v
+    ]
+    if other:
+        fail(f"--agents evaluates a multi-agent run on its own game; drop {', '.join(other)}")
     try:
         result = eval_agents.evaluate_agents(
             args.path,
@@ -205,6 +220,7 @@ def _agents_cli(args: argparse.Namespace) -> dict[str, Any]:
             checkpoints=args.checkpoints,
             episodes=args.episodes,
             greedy=args.greedy,
+            max_turns=args.max_turns,
             say=_say,
         )
     except ValueError as e:

@@ -3,11 +3,12 @@
 For each checkpoint asked for (`--checkpoints last` by default, `all`, or step numbers) and each scripted player
 (`--opponents`, default every player of the game that fills the other seats), the policy plays the trainer's
 held-out eval seeds at alternating seats (the `agents` workflow's evaluation, `rollout.eval_opponent` set to the
-player), and the table gives wins, draws and losses per seat with the win rate's 95% Wilson interval. Every pair of
+player), and the table gives wins, draws and losses per seat with the win rate's 95% Wilson interval (games cut
+before their end, by a turn or token limit, counted apart; faulted ones left out). Every pair of
 checkpoints plays too: the later one's policy is loaded beside the earlier one's and the engine pins the other
-seats' streams to it (`rollout.eval_opponent policy:-1`). The scripted players also play each other (in process, the
-same number of games, seats alternating), and a Bradley-Terry league table puts every checkpoint and player on one
-Elo scale (`jgem.train.league`).
+seats' streams to it (`rollout.eval_opponent policy:-1`). Each pair of scripted players also plays once (in process, on
+the same seeds, seats alternating), and a Bradley-Terry league table puts every checkpoint and player on one Elo
+scale (`jgem.train.league`; not for a cooperative game, whose "wins" are a pair's successes).
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ def evaluate_agents(
     checkpoints: Sequence[str] = ("last",),
     episodes: int | None = None,
     greedy: bool | None = None,
+    max_turns: int | None = None,
     say: Any = lambda _: None,
 ) -> dict[str, Any]:
     from jgem.checkpoint import CheckpointConfig, Checkpointer
-    from jgem.config import agent_seats
+    from jgem.config import agent_seats, load_run_config
     from jgem.envs.multiagent.base import play_match
     from jgem.registry import make
     from jgem.rollout.workflows.agents import POLICY, player_for, players_of, seat_errors
@@ -46,21 +48,35 @@ def evaluate_agents(
         overrides["eval_episodes"] = episodes
     if greedy is not None:
         overrides["eval_greedy"] = greedy
+    if max_turns is not None:
+        overrides["eval_max_turns"] = max_turns
+    trained = load_run_config(run_dir)  # checked before the model is built
+    env_id = trained.env.env_id
+    agents = agent_seats(trained.env)
+    if trained.rollout.workflow != "agents" or not agents:
+        raise ValueError(f"--agents evaluates multi-agent runs (rollout.workflow agents); {run_dir} plays {env_id}")
+    players = players_of(env_id)
+    names = list(opponents or [p for p in players if not _errors(env_id, agents, p, seat_errors)])
+    for name in names:
+        errors = _errors(env_id, agents, name, seat_errors) if name in players else [f"{name!r} is not one"]
+        if errors:
+            raise ValueError(
+                f"--opponents: {'; '.join(errors).replace('rollout.eval_opponent ', '')} (the players of "
+                f"{env_id}: {', '.join(players) or 'none'})"
+            )
     run, first = load_run(path, **overrides)
     try:
         cfg = run.cfg
-        env_id = cfg.env.env_id
-        agents = agent_seats(cfg.env)
-        if cfg.rollout.workflow != "agents" or not agents:
-            raise ValueError(f"--agents evaluates multi-agent runs (rollout.workflow agents); {run_dir} plays {env_id}")
-        names = list(opponents or [p for p in players_of(env_id) if not _errors(env_id, agents, p, seat_errors)])
-        for name in names:
-            errors = _errors(env_id, agents, name, seat_errors)
-            if errors:
-                raise ValueError("; ".join(errors).replace("rollout.eval_opponent", "--opponents"))
         with Checkpointer(CheckpointConfig(str(run_dir / "checkpoints"))) as ckpt:
             saved = ckpt.all_steps()
         steps = _steps(checkpoints, saved, first if step is None else step)
+        if len(steps) > 1 and run.engine.slots.lockstep:
+            raise ValueError(
+                "checkpoints against each other need the sampler on one process (a frozen policy's streams are not "
+                "played in lockstep); evaluate one checkpoint at a time"
+            )
+        seeds = [spec.seed for spec in run.specs(0, eval=True)]  # the games every side plays (the eval seeds)
+        faults, seen = 0, set()
         results: dict[str, dict[str, Any]] = {}
         games: list[tuple[str, str, float]] = []
         for s in steps:
@@ -72,8 +88,12 @@ def evaluate_agents(
                 eps = run.collect(s, eval=True)
                 seats = {a: Tally() for a in agents}
                 for e in eps:
+                    if e.fault:  # the env failed: no seat played it out
+                        faults += 1
+                        continue
                     seats[agents[e.role]].add(e.outcome, e.episode_return)
-                    games.append((me, name, _score(e.outcome)))
+                    games += _league_game(me, name, e.outcome)
+                    seen.add(e.outcome)
                 results[me][name] = {a: t.row() for a, t in seats.items()}
                 say(
                     f"{me} vs {name}: "
@@ -90,19 +110,20 @@ def evaluate_agents(
                 eps = run.collect(a_step, eval=True, others={FROZEN: other})
                 tally = Tally()
                 for e in eps:
+                    if e.fault:
+                        faults += 1
+                        continue
                     tally.add(e.outcome, e.episode_return)
-                    games.append((f"step {a_step}", f"step {b_step}", _score(e.outcome)))
+                    games += _league_game(f"step {a_step}", f"step {b_step}", e.outcome)
+                    seen.add(e.outcome)
                 frozen.setdefault(f"step {a_step}", {})[f"step {b_step}"] = tally.row()
                 say(f"step {a_step} vs step {b_step}: {tally.wins}-{tally.draws}-{tally.losses}")
-        n = cfg.eval_episodes
         env = make(env_id, **cfg.env.env_kwargs)
         scripted: dict[str, dict[str, Any]] = {}
-        for a_name in names:  # the players against each other: the league's common ground
-            for b_name in names:
-                if a_name == b_name:
-                    continue
+        for i, a_name in enumerate(names):  # each pair of players, once, seats alternating: the common ground
+            for b_name in names[i + 1 :]:
                 tally = Tally()
-                for k in range(n):
+                for k, seed in enumerate(seeds):
                     seat = agents[k % len(agents)]  # a_name's seat; b_name at the others
                     players = {
                         x: player_for(env_id, a_name if x == seat else b_name, x)(
@@ -110,12 +131,14 @@ def evaluate_agents(
                         )
                         for i, x in enumerate(agents)
                     }
-                    returns, last = play_match(env, players, seed=10**9 + k)
+                    returns, last = play_match(env, players, seed=seed)
                     tally.add(last[seat].get("outcome"), returns[seat])
-                    games.append((a_name, b_name, _score(last[seat].get("outcome"))))
+                    games += _league_game(a_name, b_name, last[seat].get("outcome"))
+                    seen.add(last[seat].get("outcome"))
                 scripted.setdefault(a_name, {})[b_name] = tally.row()
         env.close()
-        league = bradley_terry(games)
+        cooperative = bool(seen & {"success", "failure"})  # one team: success rates, no league of strengths
+        league = {} if cooperative else bradley_terry(games)
     finally:
         run.close()
     return {
@@ -128,6 +151,8 @@ def evaluate_agents(
         "policy": results,
         "scripted": scripted,
         "checkpoints": frozen,
+        "faults": faults,
+        "cooperative": cooperative,
         "league": dict(sorted(league.items(), key=lambda kv: -kv[1])),
     }
 
@@ -139,21 +164,24 @@ def _errors(env_id: str, agents: list[str], name: str, seat_errors: Any) -> list
     return seat_errors(env_id, agents, name, "alternate", 1, "rollout.eval_opponent", evaluation=True)
 
 
-def _score(outcome: str | None) -> float:
-    return 1.0 if outcome in ("win", "success") else 0.5 if outcome == "draw" else 0.0
+def _league_game(a: str, b: str, outcome: str | None) -> list[tuple[str, str, float]]:
+    """The game for the league table: a's score (1 win, 0.5 draw, 0 loss); none for a game cut before it ended."""
+    score = {"win": 1.0, "draw": 0.5, "loss": 0.0, "success": 1.0, "failure": 0.0}.get(outcome or "")
+    return [] if score is None else [(a, b, score)]
 
 
 def _steps(asked: Sequence[str], saved: Sequence[int], default: int) -> list[int]:
+    """The checkpoints to evaluate, in training order (the later of a pair is the frozen one)."""
     if list(asked) == ["last"]:
         return [default]
     if list(asked) == ["all"]:
-        return list(saved)
-    steps = []
+        return sorted(saved)
+    steps = set()
     for a in asked:
         if not a.isdigit() or int(a) not in saved:
             raise ValueError(f"--checkpoints {a!r}: the run has checkpoints {list(saved)} (or say last, all)")
-        steps.append(int(a))
-    return steps
+        steps.add(int(a))
+    return sorted(steps)
 
 
 def table(result: dict[str, Any]) -> str:
@@ -170,6 +198,11 @@ def table(result: dict[str, Any]) -> str:
             wdl = f"{r['wins']}-{r['draws']}-{r['losses']}"
             ci = f"{r['win_rate']:.2f} [{r['win_rate_lo']:.2f}, {r['win_rate_hi']:.2f}]"
             lines.append(f"{me:<12} {other:<14} {'both':<10} {wdl:>9} {ci:>22} {r['mean_return']:>8.3f}")
-    lines.append("league (Bradley-Terry, Elo points, mean 0):")
+    if result["faults"]:
+        lines.append(f"{result['faults']} games faulted (the env failed) and are left out")
+    if result["cooperative"]:
+        lines.append("a cooperative game: the win rate is the pair's success rate; no league table of strengths")
+        return "\n".join(lines)
+    lines.append("league (Bradley-Terry, Elo points, mean 0; games cut before their end left out):")
     lines += [f"  {name:<16} {elo:+8.1f}" for name, elo in result["league"].items()]
     return "\n".join(lines)

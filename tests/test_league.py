@@ -18,13 +18,13 @@ def test_wilson_interval_known_values():
     assert lo == 0.0 and 0.16 < hi < 0.17  # 0.1611
 
 
-def test_tally_counts_outcomes_and_draws_score_half():
+def test_tally_counts_outcomes_draws_score_half_and_cut_games_count_apart():
     t = Tally()
-    for outcome, r in [("win", 1), ("draw", 0), ("loss", -1), ("success", 1), (None, 0)]:
+    for outcome, r in [("win", 1), ("draw", 0), ("loss", -1), ("success", 1), (None, 0), ("failure", 0)]:
         t.add(outcome, r)
     row = t.row()
-    assert (row["wins"], row["draws"], row["losses"], row["games"]) == (2, 1, 2, 5)
-    assert row["score"] == pytest.approx(2.5 / 5) and row["mean_return"] == pytest.approx(0.2)
+    assert (row["wins"], row["draws"], row["losses"], row["cut"], row["games"]) == (2, 1, 2, 1, 5)
+    assert row["score"] == pytest.approx(2.5 / 5) and row["mean_return"] == pytest.approx(1 / 6)
 
 
 def test_bradley_terry_on_known_numbers():
@@ -49,7 +49,9 @@ def test_bradley_terry_recovers_strengths_from_many_games():
 
 
 def test_a_player_that_won_every_game_gets_a_finite_rating_and_apart_players_are_refused():
-    elo = bradley_terry([("A", "B", 1.0)] * 5)
-    assert math.isfinite(elo["A"]) and elo["A"] > 0 > elo["B"]
+    elo = bradley_terry([("A", "B", 1.0)] * 5)  # half a virtual draw: 5.25 wins to 0.25, strengths 21 : 1
+    assert elo["A"] == pytest.approx(200 * math.log10(21)) and elo["B"] == pytest.approx(-200 * math.log10(21))
+    with pytest.raises(ValueError, match=r"players \['A', 'B'\] won every game or none"):
+        bradley_terry([("A", "B", 1.0)] * 5, prior=0.0)
     with pytest.raises(ValueError, match="never met"):
         bradley_terry([("A", "B", 1.0), ("C", "D", 0.0)])

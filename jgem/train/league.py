@@ -27,11 +27,13 @@ def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
 @dataclass
 class Tally:
     """Results of one side against one opponent: wins, draws, losses (a cooperative game's success is a win, its
-    failure a loss), and the side's mean return."""
+    failure a loss), games cut before they ended (a turn or token limit: no outcome, counted apart and in no rate),
+    and the side's mean return over every game."""
 
     wins: int = 0
     draws: int = 0
     losses: int = 0
+    cut: int = 0
     returns: list[float] = field(default_factory=list)
 
     def add(self, outcome: str | None, ret: float) -> None:
@@ -39,12 +41,15 @@ class Tally:
             self.wins += 1
         elif outcome == "draw":
             self.draws += 1
-        else:  # loss, failure, or a game cut before it ended
+        elif outcome in ("loss", "failure"):
             self.losses += 1
+        else:  # cut before the game decided anything
+            self.cut += 1
         self.returns.append(float(ret))
 
     @property
     def games(self) -> int:
+        """Games that ended with an outcome."""
         return self.wins + self.draws + self.losses
 
     @property
@@ -59,6 +64,7 @@ class Tally:
             "wins": self.wins,
             "draws": self.draws,
             "losses": self.losses,
+            "cut": self.cut,
             "win_rate": self.wins / self.games if self.games else 0.0,
             "win_rate_lo": lo,
             "win_rate_hi": hi,
@@ -68,12 +74,13 @@ class Tally:
 
 
 def bradley_terry(
-    games: Iterable[tuple[str, str, float]], *, prior: float = 0.5, iters: int = 2000, tol: float = 1e-10
+    games: Iterable[tuple[str, str, float]], *, prior: float = 0.5, iters: int = 100_000, tol: float = 1e-10
 ) -> dict[str, float]:
     """Bradley-Terry strengths from `(a, b, score of a)` games (1 win, 0.5 draw, 0 loss), as Elo points (400 log10
-    of the strength ratio) with mean 0. Fitted by Hunter's MM algorithm; `prior` adds that many virtual draws
-    between every pair that met, so a player that won every game gets a finite rating. Players in separate
-    components of the comparison graph are not comparable: ValueError."""
+    of the strength ratio) with mean 0. Fitted by Hunter's MM algorithm; `prior` adds that many virtual draws (half
+    a win each way per draw) between every pair that met, so a player that won every game gets a finite rating
+    (with `prior` 0 such a player has none: ValueError). Players in separate components of the comparison graph are
+    not comparable, and a fit that does not converge in `iters` rounds is not returned: ValueError."""
     wins: dict[tuple[str, str], float] = {}
     for a, b, s in games:
         if a == b:
@@ -89,17 +96,23 @@ def bradley_terry(
     for (a, b), s in wins.items():
         w[idx[a], idx[b]] += s
     met = (w + w.T) > 0
-    w = w + prior * met  # virtual draws: `prior` half-wins each way per pair that met
+    w = w + 0.5 * prior * met  # `prior` virtual draws per pair that met: half a win each way per draw
     _check_connected(met, names)
+    wins_of, losses_of = w.sum(1), w.sum(0)
+    lone = [names[i] for i in range(k) if wins_of[i] <= 0 or losses_of[i] <= 0]
+    if lone:
+        raise ValueError(f"players {lone} won every game or none: no finite rating without a prior > 0")
     n = w + w.T  # games between each pair
     p = np.ones(k)
     for _ in range(iters):
-        new = w.sum(1) / (n / (p[:, None] + p[None, :])).sum(1)
+        new = wins_of / (n / (p[:, None] + p[None, :])).sum(1)
         new /= np.exp(np.log(new).mean())
-        if np.max(np.abs(new - p)) < tol:
-            p = new
-            break
+        done = np.max(np.abs(np.log(new) - np.log(p))) < tol
         p = new
+        if done:
+            break
+    else:
+        raise ValueError(f"the Bradley-Terry fit did not converge in {iters} rounds (a long chain of lopsided games)")
     elo = 400.0 * np.log10(p)
     return {name: float(elo[i] - elo.mean()) for name, i in idx.items()}
 

@@ -125,7 +125,7 @@ def test_the_scripted_teachers_games_are_rendered_as_the_workflow_renders_a_seat
         scripted_agent_episodes("test:secrets", specs, chat, teacher="nope")
 
 
-def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_scripted_player(tmp_path):
+def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_scripted_player(tmp_path, capsys):
     import json
 
     from jgem.train import Trainer
@@ -160,7 +160,16 @@ def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_script
         assert seats["a"]["wins"] == 2 and seats["b"]["losses"] == 2  # SecretsEnv: a wins every game
     # checkpoint against checkpoint: step 2's policy pinned at the other seat; a wins, so half the games each way
     assert result["checkpoints"]["step 1"]["step 2"]["wins"] == 2 == result["checkpoints"]["step 1"]["step 2"]["losses"]
-    assert set(result["league"]) == {"step 1", "step 2", "echo"}
+    assert set(result["league"]) == {"step 1", "step 2", "echo"} and result["faults"] == 0
+    assert not result["cooperative"]
+    for argv, message in [
+        (["--agents", "--opponents", "policy:-1"], "--opponents: 'policy:-1' is not one (the players of test:secrets"),
+        (["--opponents", "echo"], "--opponents and --checkpoints are for multi-agent runs: add --agents"),
+        (["--agents", "--env-id", "multi:TicTacToe-v0-easy"], "--agents evaluates a multi-agent run on its own game"),
+    ]:
+        with pytest.raises(SystemExit):
+            main([str(tmp_path / "run"), *argv])
+        assert message in capsys.readouterr().err
 
 
 def test_a_frozen_policy_version_plays_the_other_seats_with_its_own_model(setup):
