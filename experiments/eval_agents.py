@@ -186,18 +186,21 @@ def _steps(asked: Sequence[str], saved: Sequence[int], default: int) -> list[int
 
 def table(result: dict[str, Any]) -> str:
     lines = [f"{result['run']} on {result['env_id']}: {result['episodes']} games per opponent, seats alternating"]
-    lines.append(f"{'policy':<12} {'opponent':<14} {'seat':<10} {'W-D-L':>9} {'win rate (95% CI)':>22} {'return':>8}")
+    head = (
+        f"{'policy':<12} {'opponent':<14} {'seat':<10} {'W-D-L':>9} {'cut':>4} {'win rate (95% CI)':>22} {'return':>8}"
+    )
+    lines.append(head)
     for me, per in result["policy"].items():
         for name, seats in per.items():
             for seat, r in seats.items():
                 wdl = f"{r['wins']}-{r['draws']}-{r['losses']}"
                 ci = f"{r['win_rate']:.2f} [{r['win_rate_lo']:.2f}, {r['win_rate_hi']:.2f}]"
-                lines.append(f"{me:<12} {name:<14} {seat:<10} {wdl:>9} {ci:>22} {r['mean_return']:>8.3f}")
+                lines.append(f"{me:<12} {name:<14} {seat:<10} {wdl:>9} {r['cut']:>4} {ci:>22} {r['mean_return']:>8.3f}")
     for me, per in result["checkpoints"].items():
         for other, r in per.items():
             wdl = f"{r['wins']}-{r['draws']}-{r['losses']}"
             ci = f"{r['win_rate']:.2f} [{r['win_rate_lo']:.2f}, {r['win_rate_hi']:.2f}]"
-            lines.append(f"{me:<12} {other:<14} {'both':<10} {wdl:>9} {ci:>22} {r['mean_return']:>8.3f}")
+            lines.append(f"{me:<12} {other:<14} {'both':<10} {wdl:>9} {r['cut']:>4} {ci:>22} {r['mean_return']:>8.3f}")
     if result["faults"]:
         lines.append(f"{result['faults']} games faulted (the env failed) and are left out")
     if result["cooperative"]:
