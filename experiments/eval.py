@@ -188,8 +188,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         fail(str(e))
     print(table(result))
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2))
+        _write_json(args.out, result)
         print(f"wrote the metrics and every episode to {args.out}")
     else:
         print("(--out FILE writes the metrics and every episode as JSON)")
@@ -227,19 +226,23 @@ def _agents_cli(args: argparse.Namespace) -> dict[str, Any]:
         fail(str(e))
     print(eval_agents.table(result))
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2))
+        _write_json(args.out, result)
         print(f"wrote the tables to {args.out}")
     return result
+
+
+def _write_json(out: str, result: dict[str, Any]) -> Path:
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    return path
 
 
 def _write_suite(out: str | None, result: dict[str, Any], table: str) -> None:
     if not out:
         print("(--out FILE.json writes the results, per problem too, as JSON and the table as FILE.md)")
         return
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2))
+    path = _write_json(out, result)
     path.with_suffix(".md").write_text(table + "\n")
     print(f"wrote the results to {path} and the table to {path.with_suffix('.md')}")
 

@@ -193,14 +193,10 @@ def table(result: dict[str, Any]) -> str:
     for me, per in result["policy"].items():
         for name, seats in per.items():
             for seat, r in seats.items():
-                wdl = f"{r['wins']}-{r['draws']}-{r['losses']}"
-                ci = f"{r['win_rate']:.2f} [{r['win_rate_lo']:.2f}, {r['win_rate_hi']:.2f}]"
-                lines.append(f"{me:<12} {name:<14} {seat:<10} {wdl:>9} {r['cut']:>4} {ci:>22} {r['mean_return']:>8.3f}")
+                lines.append(_row(me, name, seat, r))
     for me, per in result["checkpoints"].items():
         for other, r in per.items():
-            wdl = f"{r['wins']}-{r['draws']}-{r['losses']}"
-            ci = f"{r['win_rate']:.2f} [{r['win_rate_lo']:.2f}, {r['win_rate_hi']:.2f}]"
-            lines.append(f"{me:<12} {other:<14} {'both':<10} {wdl:>9} {r['cut']:>4} {ci:>22} {r['mean_return']:>8.3f}")
+            lines.append(_row(me, other, "both", r))
     if result["faults"]:
         lines.append(f"{result['faults']} games faulted (the env failed) and are left out")
     if result["cooperative"]:
@@ -209,3 +205,9 @@ def table(result: dict[str, Any]) -> str:
     lines.append("league (Bradley-Terry, Elo points, mean 0; games cut before their end left out):")
     lines += [f"  {name:<16} {elo:+8.1f}" for name, elo in result["league"].items()]
     return "\n".join(lines)
+
+
+def _row(side: str, opponent: str, seat: str, r: dict[str, Any]) -> str:
+    wdl = f"{r['wins']}-{r['draws']}-{r['losses']}"
+    ci = f"{r['win_rate']:.2f} [{r['win_rate_lo']:.2f}, {r['win_rate_hi']:.2f}]"
+    return f"{side:<12} {opponent:<14} {seat:<10} {wdl:>9} {r['cut']:>4} {ci:>22} {r['mean_return']:>8.3f}"

@@ -50,30 +50,23 @@ class Teacher:
         n, procs = ws.episodes_per_step, jax.process_count()
         first, count = self.share(n)
         specs = [EpisodeSpec(i, i, TEACHER_SEED_OFFSET + s * n * procs + i) for i in range(first, first + count)]
-        if self.multiagent:
-            return scripted_agent_episodes(
-                cfg.env.env_id,
-                specs,
-                self.chat,
-                view=cfg.rollout.view,
-                max_turns=self.max_turns,
-                epsilon=ws.epsilon,
-                teacher=ws.teacher,
-                seed=s,
-                env_kwargs=dict(cfg.env.env_kwargs),
-            )
-        return scripted_episodes(
-            cfg.env.env_id,
-            specs,
-            self.chat,
+        common = dict(
             view=cfg.rollout.view,
             max_turns=self.max_turns,
             epsilon=ws.epsilon,
             teacher=ws.teacher,
             seed=s,
             env_kwargs=dict(cfg.env.env_kwargs),
+        )
+        if self.multiagent:  # the game's players at every seat (no system prompt or tools: refused in the config)
+            return scripted_agent_episodes(cfg.env.env_id, specs, self.chat, **common)
+        return scripted_episodes(
+            cfg.env.env_id,
+            specs,
+            self.chat,
             system_prompt=cfg.env.system_prompt,
             wrappers=tool_wrapper(cfg.env),
+            **common,
         )
 
 

@@ -323,6 +323,25 @@ class Player(Protocol):
     def act(self) -> str: ...
 
 
+class InfoPlayer:
+    """The base of scripted players that act on their agent's latest info: it keeps its `rng`, its `agent` and the
+    last info the env gave that agent (subclasses implement `act`)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.agent = ""
+        self.info: dict[str, Any] = {}
+
+    def reset(self, agent: str, obs: str, info: dict[str, Any]) -> None:
+        self.agent, self.info = agent, info
+
+    def update(self, obs: str, info: dict[str, Any]) -> None:
+        self.info = info
+
+    def act(self) -> str:
+        raise NotImplementedError
+
+
 def play_match(
     env: MultiAgentEnv, players: dict[str, Player], seed: int | None = None, max_steps: int = 10_000
 ) -> tuple[dict[str, float], dict[str, Any]]:

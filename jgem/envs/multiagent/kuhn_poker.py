@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from jgem.envs.games.base import last_boxed
-from jgem.envs.multiagent.base import SEQUENTIAL, AgentSelector, MultiAgentEnv
+from jgem.envs.multiagent.base import SEQUENTIAL, AgentSelector, InfoPlayer, MultiAgentEnv
 
 CARDS = ("J", "Q", "K")
 CHECK, BET, CALL, FOLD = "check", "bet", "call", "fold"
@@ -214,7 +214,7 @@ class KuhnPokerEnv(MultiAgentEnv):
 
 
 # -- scripted reference players --------------------------------------------------------------------------------
-class KuhnNashPlayer:
+class KuhnNashPlayer(InfoPlayer):
     """A Nash equilibrium of Kuhn Poker (the one-parameter family, `alpha` in [0, 1/3]), read from its infos
     (`card`, `first`, `legal`). The first player's value is -1/18 per hand against any equilibrium.
 
@@ -225,14 +225,8 @@ class KuhnNashPlayer:
     def __init__(self, rng: np.random.Generator, alpha: float = 1 / 6) -> None:
         if not 0 <= alpha <= 1 / 3:
             raise ValueError(f"KuhnNashPlayer: alpha must be in [0, 1/3], got {alpha}")
-        self.rng, self.alpha = rng, alpha
-        self.info: dict[str, Any] = {}
-
-    def reset(self, agent: str, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
-
-    def update(self, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
+        super().__init__(rng)
+        self.alpha = alpha
 
     def act(self) -> str:
         card, first, facing_bet = CARDS.index(self.info["card"]), self.info["first"], CALL in self.info["legal"]
@@ -246,18 +240,8 @@ class KuhnNashPlayer:
         return f"\\boxed{{{move}}}"
 
 
-class KuhnRandomPlayer:
+class KuhnRandomPlayer(InfoPlayer):
     """A uniformly random legal move (from its info's `legal`)."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-        self.info: dict[str, Any] = {}
-
-    def reset(self, agent: str, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
-
-    def update(self, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
 
     def act(self) -> str:
         legal = self.info["legal"]

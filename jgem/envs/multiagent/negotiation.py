@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from jgem.envs.games.base import capped_int, last_boxed
-from jgem.envs.multiagent.base import AgentSelector, MultiAgentEnv
+from jgem.envs.multiagent.base import AgentSelector, InfoPlayer, MultiAgentEnv
 
 PROPOSER, RESPONDER = "proposer", "responder"
 ACCEPT = "accept"
@@ -205,7 +205,7 @@ class NegotiationEnv(MultiAgentEnv):
         return str(moves[int(self.np_random.integers(len(moves)))])
 
 
-class NegotiationPlayer:
+class NegotiationPlayer(InfoPlayer):
     """A scripted bargainer that reads only its own infos. It proposes to keep `ceil(greed * coins)` on its first
     turn, conceding linearly to `ceil(coins / 2)` on its last (never below its outside option). It accepts a
     standing offer worth at least max(its outside option, what it would propose now - margin * coins); on the last
@@ -216,15 +216,8 @@ class NegotiationPlayer:
     def __init__(self, rng: np.random.Generator, greed: float = 0.6, margin: float = 0.1) -> None:
         if not 0.0 <= greed <= 1.0 or margin < 0.0:
             raise ValueError(f"greed must be in [0, 1] and margin >= 0, got greed={greed}, margin={margin}")
+        super().__init__(rng)
         self.greed, self.margin = greed, margin
-        self.agent = ""
-        self.info: dict[str, Any] = {}
-
-    def reset(self, agent: str, obs: str, info: dict[str, Any]) -> None:
-        self.agent, self.info = agent, info
-
-    def update(self, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
 
     def target(self) -> int:
         """The coins it proposes to keep on this turn."""
@@ -244,18 +237,8 @@ class NegotiationPlayer:
         return f"\\boxed{{{keep}}}"
 
 
-class NegotiationRandomPlayer:
+class NegotiationRandomPlayer(InfoPlayer):
     """A uniformly random legal move (from its info's `legal_moves`)."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-        self.info: dict[str, Any] = {}
-
-    def reset(self, agent: str, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
-
-    def update(self, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
 
     def act(self) -> str:
         moves = self.info["legal_moves"]

@@ -6,10 +6,8 @@ import itertools
 import re
 from typing import Any
 
-import numpy as np
-
 from jgem.envs.games.base import capped_int, last_boxed
-from jgem.envs.multiagent.base import AgentSelector, MultiAgentEnv
+from jgem.envs.multiagent.base import AgentSelector, InfoPlayer, MultiAgentEnv
 
 SPEAKER, LISTENER = "speaker", "listener"
 COLORS = ("red", "blue", "green", "yellow", "purple", "orange")
@@ -205,20 +203,10 @@ def _consistent(objects: list[Obj], words: set[str]) -> list[int]:
     return [i for i, o in enumerate(objects) if named <= set(o)]
 
 
-class ReferenceSpeaker:
+class ReferenceSpeaker(InfoPlayer):
     """Names the fewest attributes of the target (1, then 2, then 3 words; size, color, shape order) that rule out
     every other object and fit the word limit, ties broken at random; when none fits, the combination within the
     limit that leaves the fewest candidates. Reads only its own infos (`objects`, `target`, `max_message_words`)."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-        self.info: dict[str, Any] = {}
-
-    def reset(self, agent: str, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
-
-    def update(self, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
 
     def act(self) -> str:
         objects, target = self.info["objects"], tuple(self.info["target"])
@@ -238,20 +226,10 @@ class ReferenceSpeaker:
         return "\\boxed{" + " ".join(target[a] for a in attrs) + "}"
 
 
-class ReferenceListener:
+class ReferenceListener(InfoPlayer):
     """Picks uniformly among its objects that have every attribute value the message names (words it does not
     know are ignored); uniformly among all when the message names none or no object fits. Reads only its own infos
     (`objects`, `message`)."""
-
-    def __init__(self, rng: np.random.Generator) -> None:
-        self.rng = rng
-        self.info: dict[str, Any] = {}
-
-    def reset(self, agent: str, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
-
-    def update(self, obs: str, info: dict[str, Any]) -> None:
-        self.info = info
 
     def candidates(self) -> list[int]:
         objects = [tuple(o) for o in self.info["objects"]]
