@@ -8,6 +8,8 @@ import copy
 import httpx
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jgem
 from jgem.envs.multiagent import MULTIAGENT_IDS
@@ -254,3 +256,26 @@ def test_the_turn_order_goes_on_to_the_next_seat_when_the_one_acting_leaves():
         order.append(agent)
         env.step({agent: text})
     assert order == ["a", "b", "c", "b", "c", "b"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(MULTIAGENT_IDS), st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1), st.floats(0.0, 0.5))
+def test_drawn_games_keep_the_contract(env_id, seed, action_seed, malformed):
+    """Any seed, any legal or malformed moves: every result packs (dicts over the live agents, checked types), the
+    actors are the previous result's active agents, the game ends, and its end carries an outcome per agent."""
+    env = jgem.make(env_id)
+    rng = np.random.default_rng(action_seed)
+    obs, infos = env.reset(seed=seed)
+    pack("reset", obs, None, None, None, infos, env_id)
+    active = {a for a, i in infos.items() if i["active"]}
+    for _ in range(500):
+        if not active:
+            break
+        actions = _choose(env, rng, malformed)
+        assert set(actions) == active
+        result = env.step(actions)
+        pack("step", *result, env_id)
+        active = {a for a, i in result[4].items() if i["active"]}
+    else:
+        raise AssertionError(f"{env_id} seed {seed} did not end")
+    assert all("outcome" in i for i in result[4].values())
