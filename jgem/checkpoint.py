@@ -287,6 +287,10 @@ class Checkpointer:
             force=force,
         )
 
+    def delete(self, step: int) -> None:
+        """Remove saved step `step`."""
+        self._manager.delete(int(step))
+
     def wait(self) -> None:
         """Block until pending asynchronous saves are on disk."""
         self._manager.wait_until_finished()

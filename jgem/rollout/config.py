@@ -65,9 +65,16 @@ class RolloutConfig:
     # tree rollouts: the turns the group's trunk plays before it forks into the group's episodes
     fork_turn: int = 1
     # multi-agent games (workflow "agents"): who plays the seats the policy does not: "self" (every seat is the
-    # policy, each trained as its own role: a group is a whole number of games), or a scripted player of the game
-    # (its module's PLAYERS: minimax, nash, ...; each episode one game, the policy at one seat)
+    # policy, each trained as its own role: a group is a whole number of games), "pool" (a past version of the
+    # policy from the opponent pool, frozen; each episode one game, the policy at one seat), or a scripted player of
+    # the game (its module's PLAYERS: minimax, nash, ...; each episode one game, the policy at one seat)
     opponent: str = "self"
+    # the opponent pool (opponent "pool"): the policy's versions 0, pool_every, 2 * pool_every, ... are kept, the
+    # last pool_size of them; each game draws its opponent uniformly among them, or with probability pool_latest
+    # plays the current policy (frozen for the game's other seats: not trained)
+    pool_size: int = 4
+    pool_every: int = 10
+    pool_latest: float = 0.0
     # with a scripted opponent, the policy's seat: "alternate" (episode k plays seat k mod the seats) or an agent name
     seat: str = "alternate"
     # the scripted player evaluations play against (at alternating seats), whatever `opponent` trains against; "":
@@ -88,14 +95,20 @@ class RolloutConfig:
 
     def errors(self, name: Callable[[str], str] = str) -> list[str]:
         """What `jgem.config.validate` checks here, each message naming the field as `name(field)`: the resample
-        rounds, an integer in [0, MAX_RESAMPLE_ROUNDS]."""
+        rounds, an integer in [0, MAX_RESAMPLE_ROUNDS]; the opponent pool's size, interval and probability."""
+        out = []
         rounds = self.max_resample_rounds
-        if isinstance(rounds, int) and not isinstance(rounds, bool) and 0 <= rounds <= MAX_RESAMPLE_ROUNDS:
-            return []
-        return [
-            f"{name('max_resample_rounds')} is {rounds!r}; it must be an integer in [0, {MAX_RESAMPLE_ROUNDS}] (the "
-            "extra rounds of groups a step may play)"
-        ]
+        if not (isinstance(rounds, int) and not isinstance(rounds, bool) and 0 <= rounds <= MAX_RESAMPLE_ROUNDS):
+            out.append(
+                f"{name('max_resample_rounds')} is {rounds!r}; it must be an integer in [0, {MAX_RESAMPLE_ROUNDS}] "
+                "(the extra rounds of groups a step may play)"
+            )
+        for f in ("pool_size", "pool_every"):
+            if getattr(self, f) < 1:
+                out.append(f"{name(f)} is {getattr(self, f)}; the opponent pool needs at least 1")
+        if not 0.0 <= self.pool_latest <= 1.0:
+            out.append(f"{name('pool_latest')} is {self.pool_latest}; it is a probability, in [0, 1]")
+        return out
 
     @property
     def sampling(self) -> Sampling:

@@ -287,10 +287,16 @@ class RolloutEngine:
             extending = [i for i, x in enumerate(self._live) if x is not None and x.phase == "extend"]
             wanted = until is None or not until()
             groups = self._by_version(decoding + extending)
-            lo, hi = min(groups, default=1 << 30), max(groups, default=-1)
+            missing = [v for v in groups if v not in models]
+            if missing:
+                raise KeyError(f"run: no model for policy version(s) {missing}, which live streams sample with")
             # in lockstep, every process runs the round's programs when any process has work (its own rows or none),
-            # one chunk per version from the oldest to the newest any process has
-            live, work, wanted, neg_lo, hi = self.slots.agree([live, bool(decoding or extending), wanted, -lo, hi])
+            # one chunk per version any process has rows of (every process is given the same versions' models)
+            versions = sorted(models)
+            has = [v in groups for v in versions]  # padded to a multiple of 8: one agreement program for most runs
+            live, work, wanted, *has = self.slots.agree(
+                [live, bool(decoding or extending), wanted, *has, *[0] * (-len(has) % 8)]
+            )
             if not live or not wanted:
                 if wanted and until is not None and not until():
                     raise RuntimeError("run: nothing is queued or live, but `until` does not hold")
@@ -300,10 +306,7 @@ class RolloutEngine:
                 self._start_free()
                 continue
             if self.slots.lockstep:  # a process without rows of a version takes part with padding rows
-                groups = {v: groups.get(v, []) for v in range(-neg_lo, hi + 1)}
-            missing = [v for v in groups if v not in models and groups[v]]
-            if missing:
-                raise KeyError(f"run: no model for policy version(s) {missing}, which live streams sample with")
+                groups = {v: groups.get(v, []) for v, h in zip(versions, has) if h}
             for version, slots in groups.items():
                 model, play = models[version], self._play_of(slots)
                 ext = [i for i in slots if self._live[i].phase == "extend"]
@@ -341,10 +344,13 @@ class RolloutEngine:
         for e in episodes:
             self._finished[(stream, e.episode_id)] = e
 
-    def versions_in_use(self) -> set[int]:
-        """The policy versions that queued and live episodes are played by."""
+    def versions_in_use(self, *, pinned: bool = False) -> set[int]:
+        """The policy versions that queued and live episodes are played by (their runs' and their streams'); with
+        `pinned`, only those live streams pinned to a version sample with (frozen opponents)."""
+        if pinned:
+            return {x.version for x in self._live if x is not None and x.pinned}
         units = [u.version for u in self._queue] + [u.version for u in self._units]
-        return set(units) | {x.version for x in self._live if x is not None}
+        return set(units) | {x.version for x in self._live if x is not None and not x.pinned}
 
     @property
     def busy(self) -> bool:
@@ -578,11 +584,6 @@ class RolloutEngine:
     ) -> Stream:
         if not len(tokens):
             raise ValueError(f"rollout workflow {self.workflow.name!r}: open a stream with at least one token")
-        if version is not None and self.slots.lockstep:
-            raise ValueError(
-                f"rollout workflow {self.workflow.name!r}: a stream pinned to policy version {version} needs a sampler "
-                "on one process (in lockstep every process runs every version's chunk between the oldest and newest)"
-            )
         slot = self._free_slot(unit)
         segment = StreamSegment(tokens)
         pinned = version is not None

@@ -177,6 +177,7 @@ class Trajectory:
         self.own_prompts = own_prompts
         self.role = 0  # the seat it played in a multi-agent game (a per-role estimator's baseline)
         self.outcome: str | None = None  # its seat's result in a multi-agent game (the env's `outcome`)
+        self.opponent: int | None = None  # the policy version that played the other seats (an opponent pool's draw)
 
     def record(self, action: Generation, reward: float, info: dict[str, Any] | None = None) -> None:
         """Train on `action` as this trajectory's next turn, with `reward` (returns are discounted over turns)."""
@@ -246,6 +247,7 @@ class Trajectory:
             next_prompt=None if self.next_prompt is None or self.fault else np.asarray(self.next_prompt, np.int32),
             role=self.role,
             outcome=self.outcome,
+            opponent=self.opponent,
         )
 
     def _one_stream(self) -> bool:
@@ -294,6 +296,12 @@ class Context:
         self.env: int = unit.envs[0]
         self.envs: tuple[int, ...] = tuple(unit.envs)  # every env the run holds (its width)
         self.evaluating: bool = unit.play.evaluation  # an evaluation's episodes (not trained on)
+
+    @property
+    def version(self) -> int:
+        """The policy version the run's streams sample with now: the one it was submitted at (async and stream
+        pipelines move it on with each update; a pinned stream keeps its own)."""
+        return self._unit.version
 
     @property
     def stats(self) -> Any:

@@ -79,6 +79,7 @@ class Trainer(Run):
             stage=self.curriculum.stage,
             policy=self.policy,
             snapshot=self.snapshot,
+            played_params=self.played_params,
             publisher=self.publisher,
             rollout_mesh=self.rollout_mesh,
             run_dir=self.run_dir,
@@ -143,6 +144,10 @@ class Trainer(Run):
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         progress.print(self._end_note(summary, last_checkpoint, time.perf_counter() - t_start), markup=False)
         return summary
+
+    def close(self) -> None:
+        self.pipeline.close()
+        super().close()
 
     def train_step(self, step: int) -> dict[str, float]:
         """One RL step: the sampler side's episodes (`pipeline.step`: played, with dynamic sampling the groups

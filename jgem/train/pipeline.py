@@ -35,6 +35,10 @@ submits the steps past the old end at the learner's version (they were never pla
 
 Dynamic sampling's extra rounds are played by the learner's policy in every mode (deterministic: an off_policy
 step's older version may be gone after a drain or a resume), ahead of the queued steps.
+
+A multi-agent run against an opponent pool (`--rollout.opponent pool`) plays its members' versions too: the pipeline
+keeps their params beside the kept ones (`jgem.train.opponents`), saves them with a checkpoint and restores them on
+resume.
 """
 
 from __future__ import annotations
@@ -54,9 +58,11 @@ from jgem.config import TrainConfig
 from jgem.rollout.config import MAX_RESAMPLE_ROUNDS
 from jgem.rollout.engine import RolloutEngine, RolloutStats
 from jgem.rollout.episode import Episode
+from jgem.rollout.workflows.agents import POOL
 from jgem.sharding.mesh import process_max
 from jgem.train.dynamic import dynamic_sample
 from jgem.train.evaluate import episode_metrics
+from jgem.train.opponents import OpponentPool
 from jgem.train.side import SamplerSide
 
 
@@ -119,6 +125,9 @@ class NoSampler:
 
     before_update = after_update = drain = save = restore = start
 
+    def close(self) -> None:
+        pass
+
     def meanwhile(self, step: int, update_done: Callable[[], bool]) -> None:
         pass
 
@@ -144,6 +153,8 @@ class Pipeline:
         self.drained: RolloutStats | None = None  # the last drain's work, reported with the next step
         # stream: step -> group id -> its episode ids, submitted and not trained yet (submission order)
         self.untrained: dict[int, dict[int, list[int]]] = {}
+        r = side.cfg.rollout
+        self.pool = OpponentPool(side) if r.workflow == "agents" and r.opponent == POOL else None
 
     @property
     def engine(self) -> RolloutEngine:
@@ -168,6 +179,8 @@ class Pipeline:
             "rollout/max_turns": float(side.horizon(step)),  # the env's limit, or the curriculum's below it
             "curriculum/stage": float(side.stage(step)),
         }
+        if self.pool is not None:
+            out |= self.pool.age(batch.played, step)
         if side.publisher is not None:  # split meshes: the update's publication to the sampler's devices
             out |= {
                 "pipeline/publish_bytes": float(side.publisher.bytes),
@@ -254,8 +267,9 @@ class Pipeline:
 
     def models(self, step: int) -> dict[int, Any]:
         """The policies the engine plays with: the learner's (version `step`) and, off_policy, every kept one (with
-        split meshes, the sampler's copies)."""
-        out = {v: self.side.policy(p) for v, p in self.kept.items()}
+        split meshes, the sampler's copies), and the opponent pool's members."""
+        out = self.pool.models() if self.pool is not None else {}
+        out |= {v: self.side.policy(p) for v, p in self.kept.items()}
         out[step] = self.side.policy()
         return out
 
@@ -272,15 +286,16 @@ class Pipeline:
 
     def before_update(self, step: int) -> None:
         """off_policy: keep version `step`'s params when in-flight or queued episodes still need them (the update
-        donates them), and drop the versions none needs."""
-        if self.mode != "off_policy":
-            return
-        used = self.engine.versions_in_use()
-        # every process keeps the same versions (lockstep); agreed on the sampler's devices (its decision)
-        oldest = -process_max([-min(used, default=step + 1)], self.side.rollout_mesh)[0]
-        self.kept = {v: p for v, p in self.kept.items() if v >= oldest}
-        if oldest <= step:
-            self.kept[step] = self.side.snapshot()
+        donates them), and drop the versions none needs; the same for the opponent pool's members."""
+        if self.mode == "off_policy":
+            used = self.engine.versions_in_use()
+            # every process keeps the same versions (lockstep); agreed on the sampler's devices (its decision)
+            oldest = -process_max([-min(used, default=step + 1)], self.side.rollout_mesh)[0]
+            self.kept = {v: p for v, p in self.kept.items() if v >= oldest}
+            if oldest <= step:
+                self.kept[step] = self.side.snapshot()
+        if self.pool is not None:
+            self.pool.before_update(step, self.kept)
 
     def after_update(self, step: int) -> None:
         """async and stream: every queued and live episode goes on with version `step + 1`."""
@@ -306,7 +321,10 @@ class Pipeline:
 
     def save(self, step: int) -> None:
         """After `drain`, before checkpoint `step` is saved: the finished episodes of the steps ahead of it, per
-        process (written whole, then renamed). Nothing runs ahead in sync (or with a bound of 0): no file."""
+        process (written whole, then renamed). Nothing runs ahead in sync (or with a bound of 0): no file. The
+        opponent pool's members a resume from `step` needs are written first."""
+        if self.pool is not None:
+            self.pool.save(step)
         if not self.staleness.ahead:
             return
         pending = {s: self.engine.take(ids, stream=2 * s) for s, ids in self._pending_ids(step).items()}
@@ -321,13 +339,18 @@ class Pipeline:
     def prune(self, checkpoints: Path) -> None:
         """Remove the files of steps before the oldest checkpoint committed in `checkpoints` (no resume can use
         them; a checkpoint still being written keeps the files of those before it)."""
+        if self.pool is not None:
+            self.pool.prune(checkpoints)
         committed = committed_steps(checkpoints)
         for old in self.path(0).parent.glob(f"step-*.process-{jax.process_index()}.pkl"):
             if committed and int(old.name.split(".")[0].split("-")[1]) < min(committed):
                 old.unlink(missing_ok=True)
 
     def restore(self, step: int) -> None:
-        """The pending episodes saved with checkpoint `step` back into the engine; submission goes on after them."""
+        """The pending episodes saved with checkpoint `step` back into the engine; submission goes on after them.
+        The opponent pool's members at `step` back onto the sampler's devices."""
+        if self.pool is not None:
+            self.pool.restore(step)
         if not self.staleness.ahead:
             return
         f = self.path(step)
@@ -346,6 +369,10 @@ class Pipeline:
             if self.mode == "stream":
                 self._track(s, eps)
         self.next_submit = max([step, *(s + 1 for s in saved["pending"])])
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
     def _pending_ids(self, step: int) -> dict[int, list[int]]:
         if self.mode == "stream":  # every step's untrained groups, older steps' slow ones too

@@ -197,6 +197,10 @@ class Run:
             rest, params = self.sampler_model_state, self.sampler_params if params is None else params
         return nnx.merge(self.state.graphdef, params, rest)
 
+    def played_params(self) -> Any:
+        """The params the sampler plays the current version with: the learner's (one mesh) or the sampler's copy."""
+        return self.state.params if self.publisher is None else self.sampler_params
+
     def snapshot(self) -> Any:
         """The params the sampler plays the current version with, kept past the next update (which donates the
         learner's): a copy of them, or with split meshes the sampler's copy (the publication leaves it as it is)."""

@@ -29,6 +29,7 @@ class SamplerSide:
     stage: Callable[[int], int]  # the curriculum's stage at a step
     policy: Callable[..., Any]
     snapshot: Callable[[], Any]
+    played_params: Callable[[], Any]  # the params the current version plays with (not a copy)
     publisher: Publisher | None
     rollout_mesh: Mesh
     run_dir: Path

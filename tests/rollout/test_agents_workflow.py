@@ -218,6 +218,82 @@ def test_a_frozen_policy_version_plays_the_other_seats_with_its_own_model(setup)
         play({})
 
 
+def test_an_opponent_pool_plays_past_versions_and_a_resume_restores_them_exactly(tmp_path):
+    """`rollout.opponent pool` (every version kept, the last 2, a quarter of the games against the current policy),
+    off_policy lag 1: each game's opponent is a member of the pool at the version it started with, drawn the same way
+    again; a checkpoint saves the members its resume needs (pool/1 for step 2, pool/3 for step 4); a run stopped
+    after checkpoint 2 and resumed (step 3's games play version 1 again, restored) ends with the straight run's params,
+    and a resume whose pool is gone is refused naming the versions."""
+    import json
+    import shutil
+
+    from jgem.rollout.workflows.agents import pool_versions
+    from jgem.train import Trainer
+    from tests.train_utils import small_config
+
+    def config(run):
+        return small_config(
+            str(tmp_path / run),
+            steps=4,
+            checkpoint_every=2,
+            env={"env_id": "test:secrets", "num_envs": 4, "imports": ("tests.rollout.envs",)},
+            rollout={"workflow": "agents", "opponent": "pool", "pool_every": 1, "pool_size": 2, "pool_latest": 0.25},
+            pipeline={"mode": "off_policy", "lag": 1},
+        )
+
+    played, marks = [], {}  # the trained episodes; per pinned version, marks of the params its chunks decode with
+    first = lambda state: float(np.asarray(jax.tree.leaves(state)[0]).ravel()[0])
+
+    class Watching(Trainer):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            dispatch = self.engine._dispatch
+
+            def recording(m, slots, play):
+                pinned = {self.engine._live[i].version for i in slots if self.engine._live[i].pinned}
+                for v in pinned:
+                    marks.setdefault(v, set()).add(first(nnx.state(nnx.merge(*m), nnx.Param)))
+                return dispatch(m, slots, play)
+
+            self.engine._dispatch = recording
+
+        def learn(self, episodes, **kwargs):
+            played.extend((self.host["step"], e) for e in episodes)
+            return super().learn(episodes, **kwargs)
+
+    straight = Watching(config("a")).run()
+    # step s trains on version max(0, s - 1)'s games: each drew from the pool at that version (or played it)
+    opponents = {(s, e.episode_id): e.opponent for s, e in played}
+    assert all(e.opponent in pool_versions(max(0, s - 1), 1, 2) for s, e in played)
+    assert {e.opponent for s, e in played if s == 2} == {0, 1} and 1 in {e.opponent for s, e in played if s == 3}
+    assert all((t.versions == max(0, s - 1)).all() for s, e in played for t in e.transitions)
+    rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["pool/opponent_age_mean"] for r in rows if "pool/opponent_age_mean" in r][0] == 0.0
+    assert sorted(int(p.name) for p in (tmp_path / "a" / "pool").iterdir() if p.name.isdigit()) == [1, 3]
+
+    class Stopping(Trainer):
+        def learn(self, episodes, **kwargs):
+            if self.host["step"] == 2:
+                raise RuntimeError("stopped after checkpoint 2")
+            return super().learn(episodes, **kwargs)
+
+    with pytest.raises(RuntimeError, match="stopped after checkpoint 2"):
+        Stopping(config("b")).run()
+    pool = tmp_path / "b" / "pool"
+    shutil.move(pool / "1", tmp_path / "aside")
+    with pytest.raises(FileNotFoundError, match=r"policy versions \[1\] of the opponent pool at step 2 are missing"):
+        Trainer(config("b")).run()
+    shutil.move(tmp_path / "aside", pool / "1")
+    played.clear()
+    straight_marks = {v: m for v, m in marks.items()}
+    marks.clear()
+    resumed = Watching(config("b")).run()
+    assert resumed["params_sha256"] == straight["params_sha256"]
+    # version 1 played again after the resume, with the params restored from pool/1: the straight run's
+    assert 1 in marks and all(len(m) == 1 and m == straight_marks[v] for v, m in marks.items()), (marks, straight_marks)
+    assert {(s, e.episode_id): e.opponent for s, e in played} == {k: v for k, v in opponents.items() if k[0] >= 2}
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -232,6 +308,29 @@ def test_a_frozen_policy_version_plays_the_other_seats_with_its_own_model(setup)
         (
             dict(env={"env_id": "multi:TicTacToe-v0-easy"}, rollout={"workflow": "agents", "opponent": "policy:1"}),
             "rollout.opponent policy:1: a frozen policy version plays only in evaluations that load it",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-easy"},
+                rollout={"workflow": "agents", "opponent": "pool", "seat": "z", "pool_every": 0},
+            ),
+            r"rollout.seat 'z' is not a seat of multi:TicTacToe-v0-easy: \['x', 'o'\]",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-easy"},
+                rollout={"workflow": "agents", "opponent": "pool", "pool_every": 0, "pool_latest": 2.0},
+            ),
+            r"(?s)rollout.pool_every is 0; the opponent pool needs at least 1.*rollout.pool_latest is 2.0; it is a "
+            r"probability",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-easy"},
+                rollout={"workflow": "agents", "opponent": "random", "eval_opponent": "pool"},
+                eval_every=1,
+            ),
+            "rollout.eval_opponent pool: the opponent pool plays only in training; name a scripted player",
         ),
         (
             dict(env={"env_id": "multi:TicTacToe-v0-easy", "system_prompt": "hi"}, rollout={"workflow": "agents"}),

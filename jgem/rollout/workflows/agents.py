@@ -12,6 +12,13 @@ is added to that seat's last turn.
 - "self" (self-play with one shared policy): every seat is the policy. A group of `group_size` specs is
   `group_size / seats` games, spec i the seat i mod seats of game i div seats; every seat's episode trains, its
   `role` the seat's index, so the `rae` estimator (ReBN per role) gives each seat its own baseline.
+- "pool" (an opponent pool, as in fictitious self-play): each spec is one game, the policy at `rollout.seat` as
+  against a scripted player, the other seats played by a past version of the policy, frozen (their streams pinned to
+  it, never trained). The pool at policy version v is `pool_versions(v)`: versions 0, `pool_every`,
+  2 `pool_every`, ... up to v, the last `pool_size` of them (the pipeline keeps their params, on the sampler's
+  devices, and on disk for a resume: `jgem.train.pipeline`). A game draws among them uniformly, or with probability
+  `pool_latest` plays the current policy, from a generator seeded by its spec and the version it starts at: the
+  same seed draws the same opponents. The episode records the version it played (`Episode.opponent`).
 - a scripted player of the game (the `PLAYERS` of the env's module: "minimax", "nash", ...): each spec is one game,
   the policy at `rollout.seat` ("alternate": spec k at seat k mod seats, so both seats train).
 """
@@ -33,6 +40,19 @@ from jgem.rollout.workflow import Context, Generation, Stream, Trajectory, Workf
 
 SUCCESS = ("win", "success")
 POLICY = "policy:"  # an opponent "policy:N": the other seats are played by policy version N (frozen, not trained)
+POOL = "pool"  # the other seats are played by a past version drawn from the opponent pool (frozen, not trained)
+
+
+def pool_versions(version: int, every: int, size: int) -> list[int]:
+    """The opponent pool at policy version `version`: versions 0, `every`, 2 `every`, ... up to `version`, the last
+    `size` of them (version 0: the policy the run starts RL with)."""
+    last = version // every * every
+    return list(range(max(0, last - (size - 1) * every), last + 1, every))
+
+
+def pool_span(lo: int, hi: int, every: int, size: int) -> list[int]:
+    """Every version of the pools at versions `lo` .. `hi` (`pool_versions` of each)."""
+    return list(range(pool_versions(lo, every, size)[0], hi // every * every + 1, every)) if hi >= lo else []
 
 
 @dataclass
@@ -47,7 +67,8 @@ class Seat:
     num_messages: int = 0
     last: Generation | None = None
     waiting: list[str] = field(default_factory=list)
-    version: int | None = None  # a frozen policy version's seat: its stream is pinned to it (not trained)
+    version: int | None = None  # a frozen policy version's seat: its stream is pinned to it
+    trained: bool = True  # the policy's seat, which trains (a frozen opponent's actions are only played)
 
 
 class Agents(Workflow):
@@ -60,7 +81,7 @@ class Agents(Workflow):
 
     def width_of(self, group_size: int, *, cfg: Any, env_name: str, evaluating: bool) -> int:
         opponent = (cfg.eval_opponent if evaluating else cfg.opponent) or ""
-        if opponent.startswith(POLICY):  # each game also holds a slot per seat the frozen policy plays
+        if opponent.startswith(POLICY) or opponent == POOL:  # a slot per seat the frozen policy plays too
             return group_size * seat_count(env_name)
         return group_size
 
@@ -171,6 +192,12 @@ def seat_errors(
                 f"games: set {name('group_size')} to a multiple of {len(agents)}, got {group_size}"
             ]
         return []
+    if opponent == POOL:
+        if evaluation:
+            return [f"{flag} pool: the opponent pool plays only in training; name a scripted player"]
+        return [f"{name('rollout.seat')} {seat!r} is not a seat of {env_id}: {agents}"] * (
+            seat != "alternate" and seat not in agents
+        )
     if opponent.startswith(POLICY):
         if not evaluation:
             return [
@@ -218,10 +245,11 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
     scripted = {}
     opponent, _ = _opponent(ctx)
     frozen: dict[str, Seat] = {}  # seats a frozen policy version plays: rendered as the policy's, never trained
-    if opponent.startswith(POLICY):
-        frozen = {a: Seat(a, ctx.trajectory(spec0)) for a in agents if a not in seats}
-        for s in frozen.values():
-            s.version = int(opponent[len(POLICY) :])
+    if opponent.startswith(POLICY) or opponent == POOL:
+        version = _draw(ctx, spec0) if opponent == POOL else int(opponent[len(POLICY) :])
+        frozen = {a: Seat(a, ctx.trajectory(spec0), version=version, trained=False) for a in agents if a not in seats}
+        for s in seats.values():
+            s.traj.opponent = ctx.version if version is None else version
     elif opponent != "self":
         for a in agents:
             if a not in seats:
@@ -252,7 +280,7 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
         for s, g in zip(mine, gens):
             s.last = g
             s.messages.append({"role": "assistant", "content": actions[s.agent]})
-            if s.version is None:  # a trained seat's turn (a frozen one's action is only played)
+            if s.trained:  # a trained seat's turn (a frozen one's action is only played)
                 s.traj.record(g, 0.0)  # its reward comes with the step's (below), to its last turn
                 ctx.stats.turns += 1
                 ctx.stats.action_tokens += len(g.ids)
@@ -276,6 +304,17 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
         s.traj.outcome = info.get("outcome")
         s.traj.truncated = truncated or bool(r.truncations.get(s.agent))
     return [s.traj for s in seats.values()]
+
+
+def _draw(ctx: Context, spec: Any) -> int | None:
+    """The opponent pool's draw for the game of `spec`: a version of `pool_versions` (uniform), or None (the current
+    policy, with probability rollout.pool_latest); seeded by the spec and the version the game starts at."""
+    cfg = ctx.cfg
+    rng = np.random.default_rng([spec.seed, spec.episode_id, ctx.version])
+    if rng.random() < cfg.pool_latest:
+        return None
+    pool = pool_versions(ctx.version, cfg.pool_every, cfg.pool_size)
+    return pool[int(rng.integers(len(pool)))]
 
 
 def seat_message(waiting: list[str]) -> dict[str, str]:
