@@ -69,11 +69,12 @@ class RolloutConfig:
     # policy from the opponent pool, frozen; each episode one game, the policy at one seat), or a scripted player of
     # the game (its module's PLAYERS: minimax, nash, ...; each episode one game, the policy at one seat)
     opponent: str = "self"
-    # the opponent pool (opponent "pool"): the policy's versions 0, pool_every, 2 * pool_every, ... are kept, the
-    # last pool_size of them; each game draws its opponent uniformly among them, or with probability pool_latest
-    # plays the current policy (frozen for the game's other seats: not trained)
+    # the opponent pool (opponent "pool"): how many of the kept versions form the pool (the last ones)
     pool_size: int = 4
+    # the opponent pool: the policy's versions 0, pool_every, 2 * pool_every, ... are kept
     pool_every: int = 10
+    # the opponent pool: the chance a game plays the current policy (not trained at that seat) instead of a draw
+    # among the pool's versions (uniform)
     pool_latest: float = 0.0
     # with a scripted opponent, the policy's seat: "alternate" (episode k plays seat k mod the seats) or an agent name
     seat: str = "alternate"

@@ -107,6 +107,7 @@ class _Unit:
     tasks: list[_Task] = field(default_factory=list)  # its coroutines not finished (the root, gathered children)
     lanes: dict[int, int] = field(default_factory=dict)  # episode id -> its streams so far (`RolloutEngine._lane`)
     envs_used: set[int] = field(default_factory=set)  # envs a task has reset, stepped or forked onto
+    held: set[int] = field(default_factory=set)  # policy versions its pinned streams play (opened or to open)
 
 
 class _Task:
@@ -288,15 +289,16 @@ class RolloutEngine:
             wanted = until is None or not until()
             groups = self._by_version(decoding + extending)
             missing = [v for v in groups if v not in models]
-            if missing:
-                raise KeyError(f"run: no model for policy version(s) {missing}, which live streams sample with")
             # in lockstep, every process runs the round's programs when any process has work (its own rows or none),
             # one chunk per version any process has rows of (every process is given the same versions' models)
             versions = sorted(models)
             has = [v in groups for v in versions]  # padded to a multiple of 8: one agreement program for most runs
-            live, work, wanted, *has = self.slots.agree(
-                [live, bool(decoding or extending), wanted, *has, *[0] * (-len(has) % 8)]
+            live, work, wanted, lost, *has = self._agree_round(
+                [live, bool(decoding or extending), wanted, bool(missing), *has, *[0] * (-len(has) % 8)]
             )
+            if lost:  # on every process together (a process that went on alone would wait in the next program)
+                what = f"{missing}, which live streams sample with" if missing else "another process's streams use"
+                raise KeyError(f"run: no model for policy version(s) {what}")
             if not live or not wanted:
                 if wanted and until is not None and not until():
                     raise RuntimeError("run: nothing is queued or live, but `until` does not hold")
@@ -316,6 +318,11 @@ class RolloutEngine:
                 self._receive(block=False)  # env results that came in while the device decodes
                 self._take_actions(slots, handle, version)
             self._start_free()
+
+    def _agree_round(self, values: list[int]) -> list[int]:
+        """A round's agreement over the sampler's processes (`SlotEngine.agree`): whether any is live, has work,
+        wants more, lacks a model, and per version of the models whether any has rows of it."""
+        return self.slots.agree(values)
 
     def take(self, episode_ids: Sequence[int], *, stream: int = -1) -> list[Episode]:
         """The finished episodes `episode_ids` (of `stream`), in that order, handed over (the engine forgets them)."""
@@ -346,9 +353,10 @@ class RolloutEngine:
 
     def versions_in_use(self, *, pinned: bool = False) -> set[int]:
         """The policy versions that queued and live episodes are played by (their runs' and their streams'); with
-        `pinned`, only those live streams pinned to a version sample with (frozen opponents)."""
+        `pinned`, only the versions live runs pin streams to (frozen opponents: opened, or held to open later,
+        `Context.hold`)."""
         if pinned:
-            return {x.version for x in self._live if x is not None and x.pinned}
+            return {v for u in self._units for v in u.held}
         units = [u.version for u in self._queue] + [u.version for u in self._units]
         return set(units) | {x.version for x in self._live if x is not None and not x.pinned}
 
@@ -587,6 +595,8 @@ class RolloutEngine:
         slot = self._free_slot(unit)
         segment = StreamSegment(tokens)
         pinned = version is not None
+        if pinned:
+            unit.held.add(version)
         version = unit.version if version is None else version
         stream = Stream(slot, unit, spec.episode_id, spec.group_id, version, segment, share=share, pinned=pinned)
         stream.lane = self._lane(unit, spec.episode_id)

@@ -96,7 +96,9 @@ class Episode:
     next_prompt: np.ndarray | None = None
     role: int = 0  # which seat of a multi-agent game it played (a per-role estimator's baseline; 0 for one agent)
     outcome: str | None = None  # a multi-agent game's result for its seat: win, loss, draw, success, failure
-    opponent: int | None = None  # the policy version that played its game's other seats (an opponent pool's draw)
+    # the policy version its game's other seats were drawn to play (an opponent pool's draw; for a draw of the current
+    # policy, the version the game started at, which then follows the run's)
+    opponent: int | None = None
 
     def __post_init__(self) -> None:
         if self.next_prompt is not None:

@@ -347,6 +347,11 @@ class Context:
             )
         return self._engine._open(self._unit, tokens, share=share, spec=spec, version=version)
 
+    def hold(self, version: int) -> None:
+        """This run will pin streams to policy `version` (`open(..., version=)`): its model is kept from now until
+        the run ends (a frozen opponent drawn when a game starts, whose stream opens at its first action)."""
+        self._unit.held.add(int(version))
+
     def append(self, stream: Stream, tokens: Sequence[int]) -> None:
         """Tokens after what `stream` holds (prefilled with the next `generate`)."""
         stream.segment.tokens += tokens

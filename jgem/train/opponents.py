@@ -5,13 +5,17 @@ The pool at policy version v is `pool_versions(v)`: versions 0, `pool_every`, 2 
 `pool_size` of them. It is a function of v alone, so every process (and a resumed run) agrees on it. The sampler
 side keeps a member's params from the update that would donate them (`before_update`): on one mesh a copy, as
 off_policy's kept versions; with split meshes the sampler's copy, which publications leave alone. A version is dropped
-once no queued or live game can draw it or plays it: up to `pool_size` copies of the trained params live on the
-sampler's devices (with LoRA, of the adapters only).
+once no queued or live game can draw it or plays it (a game holds the version it drew from its start, `Context.hold`):
+`pool_size` copies of the trained params on the sampler's devices (with LoRA, of the adapters only), plus those
+games still play that the window has passed, plus, with episodes submitted ahead at older versions (off_policy lag
+K, async and stream), the older windows they will draw from (about K / `pool_every` more).
 
 A checkpoint first writes the members its resume needs that are not on disk yet to `<run>/pool/<version>` (orbax,
 params only, by the sampler's processes, before the learners save the checkpoint); a resume restores them onto the
-sampler's devices, so the games after it draw and play what the uninterrupted run's would have. Versions that no
-committed checkpoint's pool holds are removed from disk with the pipeline's files.
+sampler's devices, so the games after it draw and play what the uninterrupted run's would have (sync and off_policy:
+exactly; in async and stream the draws and the members' params depend on timing anyway). Versions below every
+committed checkpoint's pool are removed from disk with the pipeline's files; a run that starts at step s first
+removes the versions from s on (written by a run that went further, or by another run in the directory).
 """
 
 from __future__ import annotations
@@ -52,12 +56,19 @@ class OpponentPool:
 
     def before_update(self, step: int, kept: dict[int, Any]) -> None:
         """Before the update of step `step` (the learner at version `step`): drop the members no queued or live game
-        can draw or plays (agreed over the sampler's processes: they keep the same ones), and keep version `step`'s
-        params when it is a member still needed (`kept`: off_policy's copy of it, when it has one)."""
+        can draw (the pools of the runs' versions, and of version `step + 1`) or holds, agreed over the sampler's
+        processes (they keep the same ones), and keep version `step`'s params when it is one of them (`kept`:
+        off_policy's copy of it, when it has one)."""
         engine = self.side.engine
-        used = engine.versions_in_use() | engine.versions_in_use(pinned=True)
-        oldest = -process_max([-min(used, default=step + 1)], self.side.rollout_mesh)[0]
+        held = engine.versions_in_use(pinned=True)
+        members = sorted(self.params)
+        agreed = process_max(
+            [-min(engine.versions_in_use(), default=step + 1), *(v in held for v in members), step in held],
+            self.side.rollout_mesh,
+        )
+        oldest, flags = -agreed[0], agreed[1:]
         needed = set(pool_span(min(oldest, step + 1), step + 1, self.every, self.size))
+        needed |= {v for v, f in zip([*members, step], flags) if f}
         self.params = {v: p for v, p in self.params.items() if v in needed}
         if step in needed and step not in self.params:
             self.params[step] = kept[step] if step in kept else self.side.snapshot()
@@ -84,26 +95,32 @@ class OpponentPool:
         store = self.store()
         on_disk = set(store.all_steps())
         for v in self.versions(step):
-            if v != step and v not in on_disk:
-                store.save(v, self.params[v], {"version": v})
+            if v != step and v not in on_disk and not store.save(v, self.params[v], {"version": v}):
+                raise RuntimeError(f"{self.directory}: orbax did not save policy version {v} of the opponent pool")
         store.wait()
 
     def prune(self, checkpoints: Path) -> None:
-        """Remove the versions on disk that neither a committed checkpoint's pool nor the pool now holds."""
+        """Remove the versions on disk below the oldest that a committed checkpoint's pool or the pool now holds
+        (agreed over the sampler's processes, which see the learners' checkpoints come and go at their own moments:
+        every one deletes the same versions)."""
         if self._store is None:
             return
-        keep = set(self.params) | {v for c in committed_steps(checkpoints) for v in self.versions(c)}
+        keep = [*self.params, *(self.versions(c)[0] for c in committed_steps(checkpoints))]
+        floor = -process_max([-min(keep, default=0)], self.side.rollout_mesh)[0]
         for v in self._store.all_steps():
-            if v not in keep:
+            if v < floor:
                 self._store.delete(v)
 
     def restore(self, step: int) -> None:
-        """Resuming at checkpoint `step`: the members of the pool at `step` but `step` itself, from disk onto the
-        sampler's devices."""
+        """Starting at step `step` (a fresh run: 0): the versions on disk from `step` on removed; resuming, the
+        members of the pool at `step` but `step` itself, from disk onto the sampler's devices."""
+        store = self.store()
+        for v in store.all_steps():
+            if v >= step:  # not this run's up to `step`: a run that went further, or another run in the directory
+                store.delete(v)
         wanted = [v for v in self.versions(step) if v != step]
         if not wanted:
             return
-        store = self.store()
         missing = sorted(set(wanted) - set(store.all_steps()))
         if missing:
             raise FileNotFoundError(

@@ -1,5 +1,4 @@
-"""One process of the 2-process rollout engine test: lockstep sampling on params sharded over both processes, and
-multi-agent games whose other seats a frozen policy version plays (streams pinned to it, decoded in lockstep).
+"""One process of the 2-process rollout engine test: lockstep sampling on params sharded over both processes.
 
 Usage: python -m tests.rollout.mp_engine_worker PROCESS_ID NUM_PROCESSES PORT OUT_JSON
 The model's params are read from params.npz next to OUT_JSON (`save_params`: the test writes `model()`'s, so the
@@ -20,7 +19,6 @@ import numpy as np
 
 MESH = dict(fsdp=2, tensor=2)  # 4 devices: 2 processes x 2 (fsdp across them, tensor within), or 1 x 4
 ENVS_PER_PROCESS, EPISODES_PER_PROCESS = 4, 6
-GAMES_PER_PROCESS = 1  # collect_pinned's: process 0 plays seat a, process 1 seat b (their versions take turns)
 
 
 def _cfg():
@@ -30,15 +28,14 @@ def _cfg():
 
 
 @functools.cache
-def model(seed: int = 0) -> tuple:
-    """(cfg, graphdef, params) of the model every run here samples with: `init_model(cfg, seed=0)`, on one device
-    (seed 1: the frozen opponent's)."""
+def model() -> tuple:
+    """(cfg, graphdef, params) of the model every run here samples with: `init_model(cfg, seed=0)`, on one device."""
     from flax import nnx
 
     from jgem.models.transformer import init_model
 
     cfg = _cfg()
-    return (cfg, *nnx.split(init_model(cfg, seed=seed)))
+    return (cfg, *nnx.split(init_model(cfg, seed=0)))
 
 
 def save_params(state, path) -> None:
@@ -94,34 +91,6 @@ def collect_episodes(mesh, num_envs: int, first: int, n: int, model: tuple) -> t
     return eps, engine.stats, int(total), int(addressable)
 
 
-def collect_pinned(mesh, num_envs: int, first: int, n: int, model: tuple, frozen: tuple) -> dict:
-    """Games of test:secrets (agents workflow, an evaluation) first .. first+n-1, the policy `model` at alternate
-    seats, the other seat played by `frozen` as policy version -1 (pinned streams), both sharded on `mesh`: each
-    episode's stream and log-probs (as `as_json`)."""
-    import jax
-
-    from jgem.envs.pool import EnvPool
-    from jgem.models.tokenizer import ChatFormat, load_tokenizer
-    from jgem.registry import register
-    from jgem.rollout.config import RolloutConfig
-    from jgem.rollout.engine import EpisodeSpec, RolloutEngine
-    from jgem.sharding.rules import shard_tree
-    from tests.rollout.envs import SecretsEnv
-
-    register("test:secrets", SecretsEnv, overwrite=True)
-    chat = ChatFormat(load_tokenizer())
-    cfg, graphdef, state = model
-    # the sampling settings and slots of `collect_episodes` (the same programs)
-    rcfg = RolloutConfig(max_new_tokens=8, temperature=1.0, workflow="agents", eval_opponent="policy:-1")
-    with EnvPool("test:secrets", num_envs, backend="inline") as pool:
-        engine = RolloutEngine(cfg, pool, chat, rcfg, env_name="test:secrets", mesh=mesh)
-        specs = [EpisodeSpec(i, i, 70 + i) for i in range(first, first + n)]
-        others = {-1: (frozen[1], shard_tree(frozen[2], mesh))}
-        policy = (graphdef, shard_tree(state, mesh))
-        eps = engine.collect(policy, specs, jax.random.key(5), max_turns=50, evaluation=True, others=others)
-    return as_json(eps, engine.stats, 0, 0)["episodes"]
-
-
 def collect(mesh, num_envs: int, first: int, n: int, model: tuple) -> dict:
     """`collect_episodes` as JSON: each episode's stream and action log-probs, the param bytes, shared prefix tokens."""
     return as_json(*collect_episodes(mesh, num_envs, first, n, model))
@@ -156,18 +125,6 @@ def one_process(**mesh_shape: int) -> tuple[list, object, int, int]:
     return collect_episodes(mesh, 2 * ENVS_PER_PROCESS, 0, 2 * EPISODES_PER_PROCESS, model())
 
 
-@functools.cache
-def one_process_pinned() -> dict:
-    """`collect_pinned` of every worker's games in this one process, on the workers' mesh over its first 4 devices."""
-    import jax
-
-    from jgem.sharding.config import MeshConfig
-    from jgem.sharding.mesh import make_mesh
-
-    mesh = make_mesh(MeshConfig(**MESH), devices=jax.devices()[:4])
-    return collect_pinned(mesh, 2 * ENVS_PER_PROCESS, 0, 2 * GAMES_PER_PROCESS, model(), model(1))
-
-
 def main(process_id: int, num_processes: int, port: int, out: str) -> None:
     from jgem.sharding.mesh import initialize
 
@@ -180,10 +137,7 @@ def main(process_id: int, num_processes: int, port: int, out: str) -> None:
     assert jax.process_count() == num_processes
     mesh = make_mesh(MeshConfig(**MESH))
     n = EPISODES_PER_PROCESS
-    policy, frozen = (load_model(Path(out).parent / f) for f in ("params.npz", "frozen.npz"))
-    result = collect(mesh, ENVS_PER_PROCESS, process_id * n, n, policy)
-    g = GAMES_PER_PROCESS
-    result["pinned"] = collect_pinned(mesh, ENVS_PER_PROCESS, process_id * g, g, policy, frozen)
+    result = collect(mesh, ENVS_PER_PROCESS, process_id * n, n, load_model(Path(out).parent / "params.npz"))
     with open(out, "w") as f:
         json.dump(result, f)
 

@@ -218,6 +218,54 @@ def test_a_frozen_policy_version_plays_the_other_seats_with_its_own_model(setup)
         play({})
 
 
+def test_in_lockstep_a_version_another_process_has_rows_of_runs_here_with_padding(setup):
+    """A sampler over several processes (lockstep), simulated here by a peer process's round flags: every round the
+    peer has rows of both versions (the run's and the frozen -1), so this process runs a chunk of each, padding-only
+    where it has none of that version's rows, and its games come out as without the peer; a peer that lacks a model
+    makes this process raise too (every process together)."""
+    from jgem.rollout.workflows.agents import POLICY
+    from tests.train_utils import perturbed
+
+    chat, cfg, model = setup
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    other = nnx.merge(graphdef, perturbed(params, 0.5, seed=1), rest)
+    specs = [EpisodeSpec(i, i, 80 + i) for i in range(2)]
+    rcfg = RolloutConfig(
+        view="chat", max_new_tokens=6, max_episode_tokens=400, workflow="agents", eval_opponent=f"{POLICY}-1"
+    )
+
+    def play(peer=None, lost=False):
+        with EnvPool("test:secrets", 4, backend="inline") as pool:
+            engine = RolloutEngine(cfg, pool, chat, rcfg, env_name="test:secrets")
+            chunks = []
+            if peer is not None:
+                engine.slots.lockstep = True
+                agree = engine._agree_round
+
+                def with_peer(values):  # [live, work, wanted, lost, per version of the models: has rows]
+                    out = agree(values)
+                    return out[:3] + [out[3] or lost] + [max(h, p) for h, p in zip(out[4:], peer + [0] * 8)]
+
+                engine._agree_round = with_peer
+                dispatch = engine._dispatch
+
+                def recording(m, slots, play):
+                    versions = {engine._live[i].version for i in slots}
+                    chunks.append(versions or "padding")
+                    return dispatch(m, slots, play)
+
+                engine._dispatch = recording
+            eps = engine.collect(model, specs, jax.random.key(4), max_turns=50, evaluation=True, others={-1: other})
+        return eps, chunks
+
+    alone, _ = play()
+    with_peer, chunks = play(peer=[1, 1])  # the models' versions, sorted: -1, 0
+    assert "padding" in chunks and {-1} in chunks and {0} in chunks
+    assert [e.stream.tolist() for e in with_peer] == [e.stream.tolist() for e in alone]
+    with pytest.raises(KeyError, match="no model for policy version.s. another process's streams use"):
+        play(peer=[0, 0], lost=True)
+
+
 def test_an_opponent_pool_plays_past_versions_and_a_resume_restores_them_exactly(tmp_path):
     """`rollout.opponent pool` (every version kept, the last 2, a quarter of the games against the current policy),
     off_policy lag 1: each game's opponent is a member of the pool at the version it started with, drawn the same way

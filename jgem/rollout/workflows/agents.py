@@ -247,6 +247,8 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
     frozen: dict[str, Seat] = {}  # seats a frozen policy version plays: rendered as the policy's, never trained
     if opponent.startswith(POLICY) or opponent == POOL:
         version = _draw(ctx, spec0) if opponent == POOL else int(opponent[len(POLICY) :])
+        if version is not None:
+            ctx.hold(version)  # kept for this game from now: its seats' streams open at their first actions
         frozen = {a: Seat(a, ctx.trajectory(spec0), version=version, trained=False) for a in agents if a not in seats}
         for s in seats.values():
             s.traj.opponent = ctx.version if version is None else version
