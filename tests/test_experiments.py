@@ -532,3 +532,32 @@ def test_gamma_advantages_are_rebns_first_turn_advantages_per_batch():
     half, one = ga.table(games, [0.5, 1.0], fast=1, batch=2)
     assert half["gap"] == pytest.approx(2.3095, abs=1e-3) and half["lost"] is None
     assert one["gap"] == 0.0 and one["corr_with_turns"] == 0.0
+
+
+def test_the_self_play_sweep_pairs_each_run_with_its_own_warm_start(tmp_path):
+    """experiments.ablations.selfplay's table on run dirs written by hand: per seed the final eval minus its warm
+    start's (the warm start's summary holds the eval after it), the paired t test over seeds, a seed whose run did
+    not finish left out and shown with no final value."""
+    from experiments.ablations.power import paired_t
+    from experiments.ablations.selfplay import build_runs, rise
+
+    runs = build_runs(["self"], [1, 2, 3, 4], tmp_path, ["--steps", "30"], [])
+    assert [(r.variant, r.seed) for r in runs][:4] == [("warm-start", s) for s in (1, 2, 3, 4)]
+    warm = {1: 0.40, 2: 0.45, 3: 0.38, 4: 0.50}
+    final = {1: 0.55, 2: 0.60, 3: 0.50}  # seed 4's run did not finish
+    for r in runs:
+        r.run_dir.mkdir(parents=True)
+        value = warm[r.seed] if r.is_warm_start else final.get(r.seed)
+        if value is not None:
+            steps = 0 if r.is_warm_start else 30
+            summary = {"steps": steps, "final_eval": {"eval/success_rate": value, "eval/return": 2 * value}}
+            (r.run_dir / "summary.json").write_text(json.dumps(summary))
+    out = rise(runs, tmp_path, ["eval/success_rate", "eval/return"], 30)
+    got = out["settings"]["self"]["eval/success_rate"]
+    want = paired_t([0.15, 0.15, 0.12])
+    assert got["test"]["n"] == 3 and got["test"]["t"] == pytest.approx(want["t"]) and got["test"]["p"] == want["p"]
+    assert got["per_seed"][4] == {"warm": 0.50, "final": None}
+    table = (tmp_path / "rise.md").read_text()
+    assert f"| self | eval/success_rate | 3 | 0.410 | 0.550 | +0.140 [{want['ci95'][0]:+.3f}" in table
+    assert "| self | eval/success_rate | 4 | 0.500 | - |" in table
+    assert json.loads((tmp_path / "rise.json").read_text()) == json.loads(json.dumps(out))
