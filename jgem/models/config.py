@@ -49,6 +49,9 @@ class LoraConfig:
     rank: int = 0
     alpha: float = 16.0  # the adapters' output is scaled by alpha / rank
     targets: tuple[str, ...] = LORA_TARGETS  # any of LORA_TARGETS
+    # several policies on one base model: a set of adapters per policy, stacked [adapters, ...] on each projection;
+    # every row of a forward names the policy it runs with (`adapter_ids`)
+    adapters: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "targets", tuple(self.targets))  # a list, as read back from JSON
@@ -56,6 +59,8 @@ class LoraConfig:
             raise ValueError(f"lora.rank is {self.rank!r}; it must be an integer >= 0 (0: no adapters)")
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float) or not 0 < self.alpha < math.inf:
             raise ValueError(f"lora.alpha is {self.alpha!r}; it must be a finite number > 0")
+        if isinstance(self.adapters, bool) or not isinstance(self.adapters, int) or self.adapters < 1:
+            raise ValueError(f"lora.adapters is {self.adapters!r}; it must be an integer >= 1 (one per policy)")
         bad = [t for t in self.targets if t not in LORA_TARGETS]
         if bad or not self.targets or len(set(self.targets)) != len(self.targets):
             raise ValueError(

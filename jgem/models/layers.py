@@ -24,6 +24,7 @@ ACTIVATIONS = ("batch", None, None)  # [B,T,D]
 HEADS = ("batch", None, "heads", None)  # [B,T,N,H]
 KV_HEADS = ("batch", None, "kv_heads", None)  # [B,T,K,H]
 LORA_AXIS = "lora"  # the logical name of a LoRA adapter's rank axis (replicated: sharding/rules.py)
+ADAPTERS_AXIS = "adapters"  # the logical name of the policies' axis of stacked adapters (replicated)
 
 
 def param(
@@ -96,22 +97,60 @@ def dense(x: Array, w: Array) -> Array:
     return y.reshape(*lead, *w.shape[1:])
 
 
-def project(x: Array, p: nnx.Param, lora: nnx.LoRA | None = None, scale: float = 1.0) -> Array:
+class MultiLoRA(nnx.Module):
+    """Several policies' LoRA adapters on one projection: A[P, K, rank] and B[P, rank, N] (`nnx.LoRAParam`s, B zero
+    at init). Each row of x[B, T, K] runs with the adapter its one-hot `select[B, P]` names: (x A_p) B_p, computed
+    for every p at once as x [A_0 .. A_P-1] ([K, P * rank]), the other adapters' columns zeroed per row, then times
+    [B_0; ..; B_P-1] ([P * rank, N]). Two dense matmuls whatever the mix (no gather of per-row weights, nothing
+    ragged): P times the adapters' FLOPs, which are rank / N of the projection's. A row's result depends only on
+    its own x and adapter, so a batch of mixed policies gives each row exactly what a batch of its policy alone
+    gives, and an adapter's gradient comes only from its own rows (the others' columns are zero)."""
+
+    def __init__(self, k: int, rank: int, n: int, adapters: int, names: tuple[str, str], *, dtype, rngs: nnx.Rngs):
+        init = jax.nn.initializers.he_uniform(in_axis=-2, out_axis=-1, batch_axis=(0,))  # nnx.LoRA's, per adapter
+        meta = lambda axes: {"out_sharding": (ADAPTERS_AXIS, *axes), "eager_sharding": False}
+        self.lora_a = nnx.LoRAParam(
+            init(rngs.params(), (adapters, k, rank), jnp.float32), **meta((names[0], LORA_AXIS))
+        )
+        self.lora_b = nnx.LoRAParam(jnp.zeros((adapters, rank, n), jnp.float32), **meta((LORA_AXIS, names[1])))
+        self.dtype = dtype
+
+    def __call__(self, x: Array, select: Array | None) -> Array:
+        if select is None:
+            raise ValueError("a model with several adapters needs each row's adapter (adapter_ids)")
+        a, b = self.lora_a[...].astype(self.dtype), self.lora_b[...].astype(self.dtype)
+        p, k, r = a.shape
+        h = dense(x, a.transpose(1, 0, 2).reshape(k, p * r))  # [..., P * rank]
+        lead = h.shape[:-1]
+        keep = select.astype(h.dtype).reshape(select.shape[0], *[1] * (len(lead) - 1), p, 1)
+        h = (h.reshape(*lead, p, r) * keep).reshape(*lead, p * r)
+        return dense(h, b.reshape(p * r, -1))
+
+
+def project(
+    x: Array, p: nnx.Param, lora: nnx.LoRA | MultiLoRA | None = None, scale: float = 1.0, select: Array | None = None
+) -> Array:
     """x[..., K] times the projection `p`, stored [in..., out...] and read as [K, N] -> [..., N] in x's dtype.
-    With a LoRA adapter, plus scale * (x A) B (A[K, rank], B[rank, N])."""
+    With a LoRA adapter, plus scale * (x A) B (A[K, rank], B[rank, N]); with several (`MultiLoRA`), each row's
+    by `select` (one-hot [B, adapters])."""
     y = dense(x, p[...].astype(x.dtype).reshape(x.shape[-1], -1))
-    return y if lora is None else y + scale * lora(x)
+    if lora is None:
+        return y
+    return y + scale * (lora(x, select) if isinstance(lora, MultiLoRA) else lora(x))
 
 
 def adapter(
     cfg: ModelConfig, target: str, shape: tuple[int, int], names: tuple[str, str], rngs: nnx.Rngs
-) -> nnx.LoRA | None:
+) -> nnx.LoRA | MultiLoRA | None:
     """The LoRA adapter of projection `target` (read as [K, N] = `shape`, logical axes `names`) when `cfg.lora`
     puts one there, else None: A[K, rank] He-uniform, B[rank, N] zero, so the adapted model starts equal to its
-    base; float32 (they are small, and Adam's small steps would vanish in bfloat16), computed in cfg.dtype."""
+    base; float32 (they are small, and Adam's small steps would vanish in bfloat16), computed in cfg.dtype. With
+    several adapters (`lora.adapters`, one per policy), a `MultiLoRA` of them."""
     lora = cfg.lora
     if not lora.rank or target not in lora.targets:
         return None
+    if lora.adapters > 1:
+        return MultiLoRA(shape[0], lora.rank, shape[1], lora.adapters, names, dtype=jnp.dtype(cfg.dtype), rngs=rngs)
     meta = lambda axes: {"out_sharding": axes, "eager_sharding": False}
     return nnx.LoRA(
         shape[0],
@@ -147,18 +186,25 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(h, cfg.rms_norm_eps, ("head_dim",), cfg)
 
     def __call__(
-        self, x: Array, cos: Array, sin: Array, mask: Mask, kv: tuple[Array, Array] | None, slots: Array | None
+        self,
+        x: Array,
+        cos: Array,
+        sin: Array,
+        mask: Mask,
+        kv: tuple[Array, Array] | None,
+        slots: Array | None,
+        select: Array | None = None,
     ) -> tuple[Array, tuple[Array, Array] | None]:
         """x[B,T,D] -> out[B,T,D], attending as `mask` says; with a cache kv = (keyT[B,K,H,S], value[B,K,S,H]),
         token t of row b writes its key and value to slot slots[b,t] (int32[B,T]; a slot >= S writes nothing) and
-        attends the cache."""
+        attends the cache. `select`: each row's adapter (one-hot [B, adapters]) where there are several."""
         dt = x.dtype
         b, t = x.shape[:2]
         n, kh, h = self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim
         s = self.cfg.lora.scale
-        q = constrain(project(x, self.q, self.q_lora, s).reshape(b, t, n, h), HEADS)  # "BTD,DNH->BTNH"
-        k = constrain(project(x, self.k, self.k_lora, s).reshape(b, t, kh, h), KV_HEADS)  # "BTD,DKH->BTKH"
-        v = constrain(project(x, self.v, self.v_lora, s).reshape(b, t, kh, h), KV_HEADS)
+        q = constrain(project(x, self.q, self.q_lora, s, select).reshape(b, t, n, h), HEADS)  # "BTD,DNH->BTNH"
+        k = constrain(project(x, self.k, self.k_lora, s, select).reshape(b, t, kh, h), KV_HEADS)  # "BTD,DKH->BTKH"
+        v = constrain(project(x, self.v, self.v_lora, s, select).reshape(b, t, kh, h), KV_HEADS)
         if self.cfg.qkv_bias:
             q = q + self.q_bias[...].astype(dt)
             k = k + self.k_bias[...].astype(dt)
@@ -178,7 +224,7 @@ class Attention(nnx.Module):
             k, v = ck, cv
         out = constrain(attention(q, k, v, mask, self.cfg.attention), HEADS)  # [B,T,N,H]
         # "BTNH,NHD->BTD" as one [B*T, N*H] x [N*H, D] matmul
-        return project(out.reshape(b, t, n * h), self.o, self.o_lora, s), kv
+        return project(out.reshape(b, t, n * h), self.o, self.o_lora, s, select), kv
 
 
 class MLP(nnx.Module):
@@ -192,11 +238,11 @@ class MLP(nnx.Module):
         self.down_lora = adapter(cfg, "down", (f, d), ("mlp", "embed"), lora_rngs)
         self.lora_scale = cfg.lora.scale
 
-    def __call__(self, x: Array) -> Array:
+    def __call__(self, x: Array, select: Array | None = None) -> Array:
         s = self.lora_scale
-        gate, up = project(x, self.gate, self.gate_lora, s), project(x, self.up, self.up_lora, s)
+        gate, up = project(x, self.gate, self.gate_lora, s, select), project(x, self.up, self.up_lora, s, select)
         hidden = constrain(jax.nn.silu(gate) * up, ("batch", None, "mlp"))
-        return project(hidden, self.down, self.down_lora, s)
+        return project(hidden, self.down, self.down_lora, s, select)
 
 
 class Block(nnx.Module):
@@ -206,7 +252,7 @@ class Block(nnx.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
         self.mlp = MLP(cfg, rngs=rngs, lora_rngs=lora_rngs)
 
-    def __call__(self, x, cos, sin, mask, kv, slots):
-        a, kv = self.attn(self.attn_norm(x), cos, sin, mask, kv, slots)
+    def __call__(self, x, cos, sin, mask, kv, slots, select=None):
+        a, kv = self.attn(self.attn_norm(x), cos, sin, mask, kv, slots, select)
         x = constrain(x + a, ACTIVATIONS)
-        return constrain(x + self.mlp(self.mlp_norm(x)), ACTIVATIONS), kv
+        return constrain(x + self.mlp(self.mlp_norm(x), select), ACTIVATIONS), kv

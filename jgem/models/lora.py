@@ -30,13 +30,17 @@ def trainable(model: nnx.Module) -> nnx.filterlib.Filter:
     return nnx.Any(nnx.LoRAParam, VALUE_HEAD) if has_adapters(model) else nnx.Param
 
 
-def merged(model: Transformer) -> Transformer:
+def merged(model: Transformer, adapter: int | None = None) -> Transformer:
     """A Transformer without adapters (`cfg.lora` off) whose projections are W + (alpha / rank) A B, reshaped to
     W's layout and computed in float32: the adapted model as one plain set of weights (what an HF export holds).
-    A model without adapters is returned as it is."""
+    A model without adapters is returned as it is. With several adapters (one per policy), `adapter` picks whose."""
     cfg = model.cfg
     if not cfg.lora.rank:
         return model
+    n = cfg.lora.adapters
+    if (adapter is None and n > 1) or (adapter is not None and not 0 <= adapter < n):
+        raise ValueError(f"merged: the model has {n} adapters (policies); name one, 0..{n - 1}, not {adapter}")
+    adapter = adapter if n > 1 else None
     plain = cfg.replace(lora=LoraConfig())
     graphdef, target = nnx.split(
         nnx.eval_shape(lambda: Transformer(plain, rngs=nnx.Rngs(0), value_head=model.has_value_head))
@@ -47,8 +51,10 @@ def merged(model: Transformer) -> Transformer:
         w = source[path][...]
         a = source.get((*path[:-1], f"{path[-1]}_lora", "lora_a"))
         if a is not None:
-            b = source[(*path[:-1], f"{path[-1]}_lora", "lora_b")][...]
-            delta = cfg.lora.scale * jnp.matmul(a[...], b, precision=jax.lax.Precision.HIGHEST)
+            a, b = a[...], source[(*path[:-1], f"{path[-1]}_lora", "lora_b")][...]
+            if adapter is not None:
+                a, b = a[adapter], b[adapter]
+            delta = cfg.lora.scale * jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
             w = (w.astype(jnp.float32) + delta.reshape(w.shape)).astype(w.dtype)
         flat.append((path, var.replace(w)))
     return nnx.merge(graphdef, nnx.from_flat_state(flat))

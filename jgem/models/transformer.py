@@ -66,12 +66,19 @@ class Transformer(nnx.Module):
         *,
         segment_ids: Array | None = None,
         cache: SlotCache | None = None,
+        adapter_ids: Array | None = None,
     ) -> tuple[Array, SlotCache | None]:
         """tokens, positions[B,T] -> (h[B,T,D] after the final norm, updated cache).
 
         With a `SlotCache`, each token's key and value go to the slot of its position, queries attend the slots up
-        to their own position, and tokens whose `segment_ids` is 0 (padding) write nothing."""
+        to their own position, and tokens whose `segment_ids` is 0 (padding) write nothing. With several LoRA
+        adapters (`cfg.lora.adapters`, one per policy), `adapter_ids` int32[B] names each row's."""
         cfg = self.cfg
+        select = None
+        if cfg.lora.rank and cfg.lora.adapters > 1:
+            if adapter_ids is None:
+                raise ValueError(f"this model has {cfg.lora.adapters} adapters (policies): pass each row's adapter_ids")
+            select = jax.nn.one_hot(adapter_ids, cfg.lora.adapters, dtype=jnp.dtype(cfg.dtype))
         dt = jnp.dtype(cfg.dtype)
         x = constrain(jnp.take(self.embed[...], tokens, axis=0).astype(dt), ACTIVATIONS)
         cos, sin = rope_tables(positions, rope_inv_freq(cfg), dt)
@@ -87,13 +94,13 @@ class Transformer(nnx.Module):
         remat, policy = remat_policy(cfg.remat)
         ks, vs = [], []
         if cache is None and scans_layers(cfg):
-            x = _scan_blocks(self.layers, x, cos, sin, mask, policy if remat else None)
+            x = _scan_blocks(self.layers, x, cos, sin, mask, policy if remat else None, select)
         else:
             # rematerialisation saves activations for a backward pass: forwards over a cache (sampling) have none
             step = functools.partial(_remat_block, policy=policy) if remat and cache is None else _block
             for i, layer in enumerate(self.layers):
                 kv = None if cache is None else (cache.k[i], cache.v[i])
-                x, kv = step(layer, x, cos, sin, mask, kv, slots)
+                x, kv = step(layer, x, cos, sin, mask, kv, slots, select)
                 if kv is not None:
                     ks.append(kv[0])
                     vs.append(kv[1])
@@ -120,10 +127,16 @@ class Transformer(nnx.Module):
         return jnp.einsum("BTD,D->BT", h.astype(jnp.float32), self.value_w[...]) + self.value_b[...]
 
     def __call__(
-        self, tokens: Array, positions: Array, *, segment_ids: Array | None = None, cache: SlotCache | None = None
+        self,
+        tokens: Array,
+        positions: Array,
+        *,
+        segment_ids: Array | None = None,
+        cache: SlotCache | None = None,
+        adapter_ids: Array | None = None,
     ) -> tuple[Array, SlotCache | None]:
-        """tokens, positions[B,T] -> (logits f32[B,T,V], updated cache or None)."""
-        h, cache = self.hidden(tokens, positions, segment_ids=segment_ids, cache=cache)
+        """tokens, positions[B,T] -> (logits f32[B,T,V], updated cache or None); `adapter_ids` as in `hidden`."""
+        h, cache = self.hidden(tokens, positions, segment_ids=segment_ids, cache=cache, adapter_ids=adapter_ids)
         return self.logits(h), cache
 
 
@@ -148,8 +161,8 @@ def init_model(
     return nnx.merge(graphdef, state)
 
 
-def _block(layer: Block, x, cos, sin, mask, kv, slots):
-    return layer(x, cos, sin, mask, kv, slots)
+def _block(layer: Block, x, cos, sin, mask, kv, slots, select):
+    return layer(x, cos, sin, mask, kv, slots, select)
 
 
 def scans_layers(cfg: ModelConfig) -> bool:
@@ -159,7 +172,7 @@ def scans_layers(cfg: ModelConfig) -> bool:
     return platform() != "cpu" if cfg.scan_layers is None else cfg.scan_layers
 
 
-def _scan_blocks(layers, x, cos, sin, mask, policy):
+def _scan_blocks(layers, x, cos, sin, mask, policy, select=None):
     """x through every block as one `lax.scan` over the layers' states stacked [L, ...] (each block rematerialised
     under `policy` unless it is None): the compiler sees one block, so it compiles one, and the backward pass keeps
     one input per layer (unrolled, XLA's schedule kept up to 7 activations of each layer alive on TPU). The stack is
@@ -170,7 +183,7 @@ def _scan_blocks(layers, x, cos, sin, mask, policy):
     stacked = jax.tree.map(lambda *xs: jnp.stack([floating(a) for a in xs]), *(nnx.state(layer) for layer in layers))
 
     def body(x, st):
-        return nnx.merge(graphdef, st)(x, cos, sin, mask, None, None)[0], None
+        return nnx.merge(graphdef, st)(x, cos, sin, mask, None, None, select)[0], None
 
     if policy is not None:
         body = jax.checkpoint(body, policy=policy, prevent_cse=False)

@@ -25,6 +25,7 @@ DEFAULT_RULES: Rules = (
     ("kv_heads", "tensor"),
     ("head_dim", None),
     ("lora", None),  # a LoRA adapter's rank axis: a few columns, replicated (its other axis shards as its weight's)
+    ("adapters", None),  # several policies' adapters stacked (LoraConfig.adapters): a few, replicated
     ("layers", None),
     ("norm", None),
 )

@@ -12,6 +12,7 @@ from flax import nnx
 from jgem.models.config import LORA_TARGETS, LoraConfig, preset
 from jgem.models.hf import load_pretrained, save_pretrained
 from jgem.models.kvcache import init_slots
+from jgem.models.layers import MultiLoRA
 from jgem.models.lora import merged, trainable
 from jgem.models.transformer import Transformer
 from jgem.sharding.config import MeshConfig
@@ -127,3 +128,70 @@ def test_a_checkpoint_loads_with_fresh_adapters_onto_the_mesh(tmp_path):
     assert tuple(model.layers[0].attn.q_lora.lora_a.get_value().sharding.spec) == ("fsdp",)
     # sharded over 8 devices, the sums run in another order: equal up to float rounding
     np.testing.assert_allclose(_logits(model, TOKENS, POSITIONS), _logits(source, TOKENS, POSITIONS), atol=1e-5)
+
+
+# Several policies on one base (LoraConfig.adapters): a MultiLoRA per projection, each row naming its adapter
+MULTI = CFG.replace(lora=LoraConfig(rank=4, alpha=8.0, adapters=3))
+ROWS = jnp.asarray(np.random.default_rng(1).integers(3, CFG.vocab_size, (6, 24)), jnp.int32)
+ROW_POSITIONS = jnp.broadcast_to(jnp.arange(24, dtype=jnp.int32), (6, 24))
+MIXED = jnp.asarray([2, 0, 1, 1, 2, 0], jnp.int32)
+
+
+@nnx.jit
+def _policy_logits(model: Transformer, tokens, positions, ids, cache=None):
+    return model(tokens, positions, cache=cache, adapter_ids=ids)[0]
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_rows_of_mixed_policies_get_exactly_what_a_batch_of_their_own_policy_gets(scan):
+    """6 rows on 3 adapters (policies) in one forward, teacher-forced (layers unrolled or scanned) and through a
+    cache: each row's logits equal, bit for bit, those of the same batch with every row on that row's adapter; the
+    adapters differ (each policy's rows differ from another's)."""
+    model = _perturbed(Transformer(MULTI.replace(scan_layers=scan), rngs=nnx.Rngs(3)))
+    assert isinstance(model.layers[0].attn.q_lora, MultiLoRA)
+    assert model.layers[0].attn.q_lora.lora_a[...].shape == (3, CFG.hidden_size, 4)
+    for cache in (None, init_slots(CFG, 6, 32)):
+        run = lambda ids, c=cache: np.asarray(_policy_logits(model, ROWS, ROW_POSITIONS, ids, c))
+        mixed = run(MIXED)
+        alone = {p: run(jnp.full((6,), p, jnp.int32)) for p in range(3)}
+        for row, p in enumerate(np.asarray(MIXED)):
+            np.testing.assert_array_equal(mixed[row], alone[p][row])
+        assert not np.allclose(alone[0], alone[1], atol=1e-4)
+    with pytest.raises(ValueError, match="has 3 adapters .policies.: pass each row's adapter_ids"):
+        model(ROWS, ROW_POSITIONS)
+
+
+def test_a_policys_adapters_get_gradient_only_from_its_own_rows():
+    """The loss on adapter 0's rows only: adapters 1 and 2 get exactly zero gradient, adapter 0 some; the base
+    weights and every adapter get it from a loss over all rows."""
+    model = _perturbed(Transformer(MULTI, rngs=nnx.Rngs(3)))
+    graphdef, adapters, rest = nnx.split(model, nnx.LoRAParam, ...)
+    own = (np.asarray(MIXED) == 0)[:, None, None]
+
+    def loss(adapters, rows):
+        logits = nnx.merge(graphdef, adapters, rest)(ROWS, ROW_POSITIONS, adapter_ids=MIXED)[0]
+        return jnp.sum(jnp.where(rows, jax.nn.log_softmax(logits), 0.0))
+
+    grads = jax.grad(loss)(adapters, own)
+    for path, g in nnx.to_flat_state(grads):
+        g = np.asarray(g[...])
+        assert not g[1:].any(), path  # policies 1 and 2 had no rows in the loss
+        assert g[0].any(), path
+    every = jax.grad(loss)(adapters, np.ones_like(own))
+    assert all(np.asarray(g[...])[p].any() for _, g in nnx.to_flat_state(every) for p in range(3))
+
+
+def test_each_policy_merges_into_plain_weights_with_its_own_logits():
+    model = _perturbed(Transformer(MULTI, rngs=nnx.Rngs(3)))
+    for p in range(3):
+        plain = merged(model, adapter=p)
+        assert not plain.cfg.lora.rank
+        np.testing.assert_allclose(
+            _logits(plain, ROWS, ROW_POSITIONS),
+            _policy_logits(model, ROWS, ROW_POSITIONS, jnp.full((6,), p, jnp.int32)),
+            atol=2e-5,
+        )
+    with pytest.raises(ValueError, match="has 3 adapters .policies.; name one, 0..2, not None"):
+        merged(model)
+    with pytest.raises(ValueError, match="lora.adapters is 0"):
+        LoraConfig(rank=4, adapters=0)
