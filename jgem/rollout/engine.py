@@ -141,6 +141,7 @@ class RolloutEngine:
         workflow: Workflow | str | None = None,
     ) -> None:
         self.pool, self.chat, self.cfg, self.env_name = pool, chat, cfg, env_name
+        self.model_cfg = model_cfg
         self.turn_token_limit = turn_token_limit
         self.workflow = get_workflow(workflow or cfg.workflow) if not isinstance(workflow, Workflow) else workflow
         problems = self.workflow.check(cfg)
@@ -588,7 +589,14 @@ class RolloutEngine:
         return width_of(len(unit.specs), cfg=self.cfg, env_name=self.env_name, evaluating=unit.play.evaluation)
 
     def _open(
-        self, unit: _Unit, tokens: Sequence[int], *, share: bool, spec: EpisodeSpec, version: int | None = None
+        self,
+        unit: _Unit,
+        tokens: Sequence[int],
+        *,
+        share: bool,
+        spec: EpisodeSpec,
+        version: int | None = None,
+        adapter: int = 0,
     ) -> Stream:
         if not len(tokens):
             raise ValueError(f"rollout workflow {self.workflow.name!r}: open a stream with at least one token")
@@ -599,10 +607,22 @@ class RolloutEngine:
             unit.held.add(version)
         version = unit.version if version is None else version
         stream = Stream(slot, unit, spec.episode_id, spec.group_id, version, segment, share=share, pinned=pinned)
+        stream.adapter = self._adapter(adapter)
+        self.slots.set_adapter(slot, stream.adapter)
         stream.lane = self._lane(unit, spec.episode_id)
         self._live[slot] = stream
         unit.streams.append(stream)
         return stream
+
+    def _adapter(self, adapter: int) -> int:
+        """`adapter` checked against the model's LoRA adapters (policies): 0 for a model with one or none."""
+        n = self.model_cfg.lora.adapters if self.model_cfg.lora.rank else 1
+        if not 0 <= adapter < n:
+            raise ValueError(
+                f"rollout workflow {self.workflow.name!r}: a stream on adapter (policy) {adapter}, but the model has "
+                f"{n} (--model.lora.adapters)"
+            )
+        return int(adapter)
 
     def _lane(self, unit: _Unit, episode_id: int) -> int:
         """The next draw lane of `episode_id` in `unit`: the first stream of an episode draws on lane 0 (the keys of
@@ -668,6 +688,7 @@ class RolloutEngine:
             redo=0,  # the source counts its own recomputation
         )
         child.lane = self._lane(unit, child.episode_id)
+        self.slots.set_adapter(slot, child.adapter)
         self._live[slot] = child
         unit.streams.append(child)
         if stream.cached:
@@ -717,8 +738,8 @@ class RolloutEngine:
             self.stats.recomputed_tokens += ep.redo  # the positions a publication dropped, computed again now
             ep.redo = 0
             if ep.cached == 0 and ep.share and not ep.action:
-                # the keys and values of one policy version's first prompt of a group (of one step's stream)
-                ep.prefix_key = (ep.version, ep.play.stream, ep.group_id, tuple(ep.tokens))
+                # the keys and values of one policy's (version, adapter) first prompt of a group (of one step's stream)
+                ep.prefix_key = (ep.version, ep.adapter, ep.play.stream, ep.group_id, tuple(ep.tokens))
                 src = holders.get((ep.prefix_key, shard(i)))
                 if src is not None and src != i:
                     copies.append((src, i))

@@ -7,10 +7,11 @@ evaluation's, a warm start's, a test's) run the same compiled programs: the seco
 
 Per-slot decode state lives on the device, next to the cache (`state` int32[slots, STATE_COLUMNS]: the token to
 feed, its position, tokens sampled in the action, the action's limit, the episode and turn that key the draws,
-whether the slot is generating, and the draws' stream: a slot with stream k >= 0 draws from fold_in(key, k), one
+whether the slot is generating, the draws' stream: a slot with stream k >= 0 draws from fold_in(key, k), one
 with -1 from the call's key itself, so episodes of several training steps, each with its step's key, share a
-chunk). `decode` reads it and writes it back; between chunks the host sends only the rows that changed (`update`:
-slots that start an action, slots taken out).
+chunk; and the LoRA adapter (policy) the slot samples with, where the model holds several). `decode` reads it
+and writes it back; between chunks the host sends only the rows that changed (`update`: slots that start an
+action, slots taken out).
 
 Slot rows are gathered into a smaller batch (a *bucket*) when fewer slots take part than the cache has, shard by
 shard (`shard_map`): a row never leaves its shard. Programs attend a *window* of the first positions of a slot.
@@ -35,8 +36,8 @@ from jgem.rollout.sampling import sample_logits
 
 Array = jax.Array
 # the decode state's columns
-LAST, POS, NTOK, LIMIT, EPISODE, TURN, LIVE, STREAM = range(8)
-STATE_COLUMNS = 8
+LAST, POS, NTOK, LIMIT, EPISODE, TURN, LIVE, STREAM, ADAPTER = range(9)
+STATE_COLUMNS = 9
 STOP_FRACTION = 4  # a decode chunk ends early once 1/STOP_FRACTION of its generating slots have stopped
 
 _traces = threading.local()  # model programs traced (= compiled) by this thread: jit traces on the calling thread
@@ -152,9 +153,10 @@ def allocate(cfg: ModelConfig, num_slots: int, max_len: int, cache_dtype: str | 
 
 @partial(jax.jit, static_argnums=(0, 1, 2, 3), donate_argnums=(5,))
 def extend(
-    layout: Layout, graphdef, full: bool, window: int, params, cache: SlotCache, rows, tokens, starts, counts
+    layout: Layout, graphdef, full: bool, window: int, params, cache: SlotCache, rows, tokens, starts, counts, adapters
 ) -> SlotCache:
-    """Prefill tokens[R, T] (the first counts[r] of each row) at positions starts[r]... of slots `rows`."""
+    """Prefill tokens[R, T] (the first counts[r] of each row) at positions starts[r]... of slots `rows`, each row
+    with its LoRA adapter `adapters[r]` (a model with several; ignored otherwise)."""
     _traced()
     model = nnx.merge(graphdef, params)
     rows = None if full else rows
@@ -162,7 +164,7 @@ def extend(
     t = jnp.arange(tokens.shape[1], dtype=jnp.int32)
     positions = starts[:, None] + t[None, :]
     seg = (t[None, :] < counts[:, None]).astype(jnp.int32)
-    _, sub = model.hidden(tokens, positions, segment_ids=seg, cache=sub)
+    _, sub = model.hidden(tokens, positions, segment_ids=seg, cache=sub, adapter_ids=adapters)
     return layout.put(cache, rows, sub)
 
 
@@ -199,7 +201,7 @@ def decode(
     rows = None if size * layout.shards == state.shape[0] else layout.live_rows(state, size)
     sub = layout.take(cache, rows, window)  # attention reads `window` positions, not the whole slot
     mine = layout.take_state(state, rows)
-    last, pos, ntok, limit, episode, turn, live, stream = (mine[:, c] for c in range(STATE_COLUMNS))
+    last, pos, ntok, limit, episode, turn, live, stream, adapter = (mine[:, c] for c in range(STATE_COLUMNS))
     n = last.shape[0]
     fold = jax.vmap(jax.random.fold_in)
     run = jnp.broadcast_to(key, (n,))
@@ -208,7 +210,8 @@ def decode(
 
     def body(c):
         i, sub, last, pos, ntok, active, toks, lps = c
-        h, sub = model.hidden(last[:, None], pos[:, None], segment_ids=active[:, None].astype(jnp.int32), cache=sub)
+        seg = active[:, None].astype(jnp.int32)
+        h, sub = model.hidden(last[:, None], pos[:, None], segment_ids=seg, cache=sub, adapter_ids=adapter)
         logits = model.logits(h)[:, 0]
         tok, lp = sample_logits(logits, fold(base, ntok), temperature, top_p, top_k, greedy)
         tok = jnp.where(active, tok, layout.pad_id)
@@ -236,7 +239,7 @@ def decode(
         return (c[0] < steps) & jnp.any(c[5]) & (jnp.sum(started & ~c[5]) < quota)
 
     _, sub, last, pos, ntok, active, toks, lps = jax.lax.while_loop(more, body, init)
-    mine = jnp.stack([last, pos, ntok, limit, episode, turn, active.astype(jnp.int32), stream], axis=1)
+    mine = jnp.stack([last, pos, ntok, limit, episode, turn, active.astype(jnp.int32), stream, adapter], axis=1)
     return layout.put(cache, rows, sub), layout.put_state(state, rows, mine), toks, lps, mine
 
 

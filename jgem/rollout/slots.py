@@ -161,6 +161,7 @@ class SlotEngine:
         # What the device's decode state holds for this process's slots (`decode` sends only what differs), and the
         # chunk whose new state is not read back yet.
         self._mirror = np.zeros((self.num_local_slots, STATE_COLUMNS), np.int32)
+        self.adapter = np.zeros(self.num_local_slots, np.int32)  # each slot's LoRA adapter (policy): `set_adapter`
         self._unread: tuple | None = None
         self._eos = jnp.asarray(self.eos_ids)
         self._scalars: dict[Sampling, tuple] = {}
@@ -180,6 +181,10 @@ class SlotEngine:
         return out
 
     # -- host API --------------------------------------------------------------------------------------
+
+    def set_adapter(self, slot: int, adapter: int) -> None:
+        """The LoRA adapter (policy) slot `slot` prefills and samples with from now on (a model with several)."""
+        self.adapter[slot] = adapter
 
     def extend(self, model: tuple[Any, Any], items: Sequence[tuple[int, Sequence[int], int]]) -> tuple[int, int]:
         """Prefill `items` = (slot, tokens, start): the tokens go to positions start, start+1, ... of the slot.
@@ -210,14 +215,15 @@ class SlotEngine:
                 tokens = np.zeros((rows.size, length), np.int32)
                 starts = np.zeros(rows.size, np.int32)
                 counts = np.zeros(rows.size, np.int32)
+                adapters = np.zeros(rows.size, np.int32)
                 for (s, t, p), i in zip(group, where):
                     k = min(length, t.size)
-                    tokens[i, :k], starts[i], counts[i] = t[:k], p, k
+                    tokens[i, :k], starts[i], counts[i], adapters[i] = t[:k], p, k, self.adapter[s]
                     if k < t.size:
                         rest.append((s, t[k:], p + k))
                     real += k
                 computed += tokens.size
-                args = [self._global(x) for x in (rows, tokens, starts, counts)]
+                args = [self._global(x) for x in (rows, tokens, starts, counts, adapters)]
                 full = size == self.per_shard
                 window = self._window(end)
                 self.cache = self._run(programs.extend, self.layout, graphdef, full, window, state, self.cache, *args)
@@ -251,7 +257,7 @@ class SlotEngine:
         want = self._mirror.copy()
         want[:, LIVE] = 0  # slots not in this chunk stop
         stream = np.full(slots.size, -1) if stream is None else stream
-        cols = (last, pos, ntok, limit, episode, turn, np.ones(slots.size), stream)
+        cols = (last, pos, ntok, limit, episode, turn, np.ones(slots.size), stream, self.adapter[slots])
         want[slots] = np.stack([np.asarray(c, np.int64) for c in cols], axis=1).astype(np.int32)
         changed = np.flatnonzero((want != self._mirror).any(axis=1))
         need, end, k = self.agree([self._rows_per_shard(slots), max(pos, default=0), self._rows_per_shard(changed)])
@@ -360,7 +366,7 @@ class SlotEngine:
         """`extend`'s program for `rows` slots (all slots: no gather) of `length` new tokens attending `window`
         positions; `model` = (graphdef, state of ShapeDtypeStructs). Use with a cache built with allocate=False."""
         graphdef, state = model
-        per_row = [self._spec((rows,)), self._spec((rows, length))] + [self._spec((rows,))] * 2
+        per_row = [self._spec((rows,)), self._spec((rows, length))] + [self._spec((rows,))] * 3
         full = rows == self.num_slots
         return programs.extend.lower(self.layout, graphdef, full, window, state, self.cache, *per_row)
 

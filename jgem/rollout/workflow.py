@@ -127,6 +127,7 @@ class Stream:
     prefix_key: tuple | None = None  # (version, stream, group, first tokens) while the slot holds their keys/values
     redo: int = 0  # positions a publication (stale_kv recompute) dropped, counted when they are prefilled again
     pinned: bool = False  # samples with its own `version` whatever the run's (a frozen opponent); publications skip it
+    adapter: int = 0  # the LoRA adapter (policy) it samples with, in a model with several (`LoraConfig.adapters`)
     waiter: Any = None  # the task awaiting its action
 
     @property
@@ -334,18 +335,25 @@ class Context:
     # -- streams --------------------------------------------------------------------------------------
 
     def open(
-        self, tokens: Sequence[int], *, share: bool = True, episode_id: int | None = None, version: int | None = None
+        self,
+        tokens: Sequence[int],
+        *,
+        share: bool = True,
+        episode_id: int | None = None,
+        version: int | None = None,
+        adapter: int = 0,
     ) -> Stream:
         """A new stream on a free reserved slot, holding `tokens`. `share`: streams of a group with equal first
-        tokens (and policy version) prefill them once and copy the keys and values. `episode_id`: whose draws its
-        tokens are (default: the episode's). `version`: the stream samples with that policy version for good (a
-        frozen opponent; the engine's `run` must be given its model), not the run's."""
+        tokens (and policy version and adapter) prefill them once and copy the keys and values. `episode_id`: whose
+        draws its tokens are (default: the episode's). `version`: the stream samples with that policy version for
+        good (a frozen opponent; the engine's `run` must be given its model), not the run's. `adapter`: the LoRA
+        adapter (policy) it prefills and samples with, in a model with several (its forks keep it)."""
         spec = self.spec if episode_id is None else next((s for s in self.specs if s.episode_id == episode_id), None)
         if spec is None:
             raise ValueError(
                 f"open: episode {episode_id} is not one of this run's {[s.episode_id for s in self.specs]}"
             )
-        return self._engine._open(self._unit, tokens, share=share, spec=spec, version=version)
+        return self._engine._open(self._unit, tokens, share=share, spec=spec, version=version, adapter=adapter)
 
     def hold(self, version: int) -> None:
         """This run will pin streams to policy `version` (`open(..., version=)`): its model is kept from now until

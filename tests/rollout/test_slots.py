@@ -98,3 +98,47 @@ def test_a_chunk_that_goes_on_sends_nothing_to_the_device(model):
     assert sent == [([1], 1)], (sent, before)  # slots 0, 2, 3 reached their limit: the device stopped them itself
     ((again, _),) = eng.fetch(handle)
     assert len(again) == 2 and again.tolist() == toks[1][:2]
+
+
+def test_slots_of_different_policies_decode_in_one_chunk_exactly_as_each_policy_alone():
+    """Several policies as LoRA adapters on one base (`lora.adapters` 3): 6 slots, each set to its policy
+    (`set_adapter`), prefill and decode in the same chunks; every slot samples exactly the tokens and log-probs it
+    samples when every slot is on its policy (the same programs and draws), and the policies sample differently."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jgem.models.config import LoraConfig
+    from jgem.models.transformer import Transformer
+
+    cfg = preset("tiny", num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2)
+    cfg = cfg.replace(lora=LoraConfig(rank=4, alpha=32.0, adapters=3))
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    state = nnx.state(model, nnx.LoRAParam)  # move every adapter off its zero init, as training does
+    keys = iter(jax.random.split(jax.random.key(7), len(jax.tree.leaves(state))))
+    nnx.update(model, jax.tree.map(lambda x: x + 0.3 * jax.random.normal(next(keys), x.shape, jnp.float32), state))
+    split = nnx.split(model)
+    mixed = [2, 0, 1, 1, 2, 0]
+
+    def play(adapters):
+        eng = SlotEngine(cfg, num_slots=6, max_len=64, eos_ids=[-5], chunk_steps=4)
+        for s, a in enumerate(adapters):
+            eng.set_adapter(s, a)
+        eng.extend(split, [(s, [5 + s, 6, 7, 8], 0) for s in range(6)])
+        state = dict(last=[8] * 6, pos=[4] * 6, ntok=[0] * 6, limit=[8] * 6, episode=list(range(6)), turn=[0] * 6)
+        toks, lps = [[] for _ in range(6)], [[] for _ in range(6)]
+        for _ in range(2):
+            handle, _ = eng.decode(split, list(range(6)), **state, key=jax.random.key(3), sampling=Sampling())
+            for i, (t, lp) in enumerate(eng.fetch(handle)):
+                toks[i] += t.tolist()
+                lps[i] += lp.tolist()
+            state["last"] = [t[-1] for t in toks]
+            state["pos"] = [4 + len(t) for t in toks]
+            state["ntok"] = [len(t) for t in toks]
+        return toks, lps
+
+    got = play(mixed)
+    alone = {p: play([p] * 6) for p in range(3)}
+    for s, p in enumerate(mixed):
+        assert got[0][s] == alone[p][0][s] and len(got[0][s]) == 8
+        np.testing.assert_array_equal(got[1][s], alone[p][1][s])
+    assert alone[0][0] != alone[1][0] != alone[2][0]
