@@ -99,12 +99,13 @@ def dense(x: Array, w: Array) -> Array:
 
 class MultiLoRA(nnx.Module):
     """Several policies' LoRA adapters on one projection: A[P, K, rank] and B[P, rank, N] (`nnx.LoRAParam`s, B zero
-    at init). Each row of x[B, T, K] runs with the adapter its one-hot `select[B, P]` names: (x A_p) B_p, computed
-    for every p at once as x [A_0 .. A_P-1] ([K, P * rank]), the other adapters' columns zeroed per row, then times
-    [B_0; ..; B_P-1] ([P * rank, N]). Two dense matmuls whatever the mix (no gather of per-row weights, nothing
-    ragged): P times the adapters' FLOPs, which are rank / N of the projection's. A row's result depends only on
-    its own x and adapter, so a batch of mixed policies gives each row exactly what a batch of its policy alone
-    gives, and an adapter's gradient comes only from its own rows (the others' columns are zero)."""
+    at init). Each token of x[B, T, K] runs with the adapter its one-hot `select[B, T or 1, P]` names (per token, or
+    one per row): (x A_p) B_p, computed for every p at once as x [A_0 .. A_P-1] ([K, P * rank]), the other adapters'
+    columns zeroed per token, then times [B_0; ..; B_P-1] ([P * rank, N]). Two dense matmuls whatever the mix (no
+    gather of per-row weights, nothing ragged): P times the adapters' FLOPs, which are rank / N of the projection's.
+    A token's result depends only on its own x and adapter, so a batch of mixed policies gives each row exactly
+    what a batch of its policy alone gives, and an adapter's gradient comes only from its own tokens (the others'
+    columns are zero)."""
 
     def __init__(self, k: int, rank: int, n: int, adapters: int, names: tuple[str, str], *, dtype, rngs: nnx.Rngs):
         init = jax.nn.initializers.he_uniform(in_axis=-2, out_axis=-1, batch_axis=(0,))  # nnx.LoRA's, per adapter
@@ -120,10 +121,9 @@ class MultiLoRA(nnx.Module):
             raise ValueError("a model with several adapters needs each row's adapter (adapter_ids)")
         a, b = self.lora_a[...].astype(self.dtype), self.lora_b[...].astype(self.dtype)
         p, k, r = a.shape
-        h = dense(x, a.transpose(1, 0, 2).reshape(k, p * r))  # [..., P * rank]
+        h = dense(x, a.transpose(1, 0, 2).reshape(k, p * r))  # [B, T, P * rank]
         lead = h.shape[:-1]
-        keep = select.astype(h.dtype).reshape(select.shape[0], *[1] * (len(lead) - 1), p, 1)
-        h = (h.reshape(*lead, p, r) * keep).reshape(*lead, p * r)
+        h = (h.reshape(*lead, p, r) * select.astype(h.dtype)[..., None]).reshape(*lead, p * r)
         return dense(h, b.reshape(p * r, -1))
 
 

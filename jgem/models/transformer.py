@@ -72,13 +72,15 @@ class Transformer(nnx.Module):
 
         With a `SlotCache`, each token's key and value go to the slot of its position, queries attend the slots up
         to their own position, and tokens whose `segment_ids` is 0 (padding) write nothing. With several LoRA
-        adapters (`cfg.lora.adapters`, one per policy), `adapter_ids` int32[B] names each row's."""
+        adapters (`cfg.lora.adapters`, one per policy), `adapter_ids` names each row's (int32[B]) or each token's
+        (int32[B,T]: rows that pack several policies' sequences)."""
         cfg = self.cfg
         select = None
         if cfg.lora.rank and cfg.lora.adapters > 1:
             if adapter_ids is None:
                 raise ValueError(f"this model has {cfg.lora.adapters} adapters (policies): pass each row's adapter_ids")
-            select = jax.nn.one_hot(adapter_ids, cfg.lora.adapters, dtype=jnp.dtype(cfg.dtype))
+            ids = adapter_ids if adapter_ids.ndim == 2 else adapter_ids[:, None]
+            select = jax.nn.one_hot(ids, cfg.lora.adapters, dtype=jnp.dtype(cfg.dtype))  # [B, T or 1, adapters]
         dt = jnp.dtype(cfg.dtype)
         x = constrain(jnp.take(self.embed[...], tokens, axis=0).astype(dt), ACTIVATIONS)
         cos, sin = rope_tables(positions, rope_inv_freq(cfg), dt)

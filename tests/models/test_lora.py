@@ -157,6 +157,12 @@ def test_rows_of_mixed_policies_get_exactly_what_a_batch_of_their_own_policy_get
         for row, p in enumerate(np.asarray(MIXED)):
             np.testing.assert_array_equal(mixed[row], alone[p][row])
         assert not np.allclose(alone[0], alone[1], atol=1e-4)
+    # per-token ids (rows that pack several policies' sequences) that name each row's adapter: the same logits
+    per_token = jnp.broadcast_to(MIXED[:, None], ROWS.shape)
+    np.testing.assert_array_equal(
+        np.asarray(_policy_logits(model, ROWS, ROW_POSITIONS, per_token)),
+        np.asarray(_policy_logits(model, ROWS, ROW_POSITIONS, MIXED)),
+    )
     with pytest.raises(ValueError, match="has 3 adapters .policies.: pass each row's adapter_ids"):
         model(ROWS, ROW_POSITIONS)
 
@@ -179,6 +185,19 @@ def test_a_policys_adapters_get_gradient_only_from_its_own_rows():
         assert g[0].any(), path
     every = jax.grad(loss)(adapters, np.ones_like(own))
     assert all(np.asarray(g[...])[p].any() for _, g in nnx.to_flat_state(every) for p in range(3))
+    # rows packing two sequences of different policies (per-token ids, segments 1 and 2): the loss on policy 0's
+    # tokens moves policy 0 only
+    half = ROWS.shape[1] // 2
+    ids = jnp.asarray(np.where(np.arange(ROWS.shape[1]) < half, 0, 1 + np.arange(6)[:, None] % 2), jnp.int32)
+    seg = jnp.asarray(np.where(np.arange(ROWS.shape[1]) < half, 1, 2)[None].repeat(6, 0), jnp.int32)
+    pos = jnp.asarray(np.tile(np.concatenate([np.arange(half), np.arange(ROWS.shape[1] - half)]), (6, 1)), jnp.int32)
+
+    def packed(adapters):
+        logits = nnx.merge(graphdef, adapters, rest)(ROWS, pos, segment_ids=seg, adapter_ids=ids)[0]
+        return jnp.sum(jnp.where((ids == 0)[..., None], jax.nn.log_softmax(logits), 0.0))
+
+    for path, g in nnx.to_flat_state(jax.grad(packed)(adapters)):
+        assert np.asarray(g[...])[0].any() and not np.asarray(g[...])[1:].any(), path
 
 
 def test_each_policy_merges_into_plain_weights_with_its_own_logits():
