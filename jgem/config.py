@@ -162,8 +162,14 @@ class ModelSpec:
     fine-tuning"""
 
     def errors(self, name: FieldName = str) -> list[str]:
-        """A checkpoint or tokenizer directory that is not there."""
+        """A checkpoint or tokenizer directory that is not there; several LoRA adapters (policies), which the model and
+        the rollout engine hold but the learner does not train yet."""
         errors = []
+        if self.lora.adapters > 1:
+            errors.append(
+                f"{name('lora.adapters')} {self.lora.adapters}: several policies on one base are in the model and the "
+                "rollout engine, but the learner does not train them yet (docs/models.md); use 1"
+            )
         if self.path is not None and not (Path(self.path) / "config.json").is_file():
             errors.append(f"{name('path')} {self.path!r} is not a local HF checkpoint directory (no config.json there)")
         if self.tokenizer_path is not None and not Path(self.tokenizer_path).is_dir():

@@ -122,11 +122,12 @@ class ModelConfig:
 
     @property
     def num_lora_params(self) -> int:
-        """The adapters' parameter count: rank x (in + out) of each targeted projection in every layer."""
+        """The adapters' parameter count: rank x (in + out) of each targeted projection in every layer, for each of
+        the `lora.adapters` policies."""
         d, f, r = self.hidden_size, self.intermediate_size, self.lora.rank
         q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         sizes = {"q": (d, q), "k": (d, kv), "v": (d, kv), "o": (q, d), "gate": (d, f), "up": (d, f), "down": (f, d)}
-        return self.num_layers * sum(r * sum(sizes[t]) for t in self.lora.targets)
+        return self.lora.adapters * self.num_layers * sum(r * sum(sizes[t]) for t in self.lora.targets)
 
     @property
     def num_params(self) -> int:

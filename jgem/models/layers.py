@@ -102,10 +102,11 @@ class MultiLoRA(nnx.Module):
     at init). Each token of x[B, T, K] runs with the adapter its one-hot `select[B, T or 1, P]` names (per token, or
     one per row): (x A_p) B_p, computed for every p at once as x [A_0 .. A_P-1] ([K, P * rank]), the other adapters'
     columns zeroed per token, then times [B_0; ..; B_P-1] ([P * rank, N]). Two dense matmuls whatever the mix (no
-    gather of per-row weights, nothing ragged): P times the adapters' FLOPs, which are rank / N of the projection's.
-    A token's result depends only on its own x and adapter, so a batch of mixed policies gives each row exactly
-    what a batch of its policy alone gives, and an adapter's gradient comes only from its own tokens (the others'
-    columns are zero)."""
+    gather of per-row weights, nothing ragged): P times the adapters' FLOPs, rank (1/K + 1/N) of the projection's.
+    A projection's output for a token depends only on that token's input and adapter, so a batch of mixed policies
+    gives each row exactly what a batch of its policy alone gives, and an adapter's gradient comes only from the
+    sequences of its policy, as long as every sequence (attention segment) is one policy's and every adapter is
+    finite (a zeroed column still multiplies a NaN)."""
 
     def __init__(self, k: int, rank: int, n: int, adapters: int, names: tuple[str, str], *, dtype, rngs: nnx.Rngs):
         init = jax.nn.initializers.he_uniform(in_axis=-2, out_axis=-1, batch_axis=(0,))  # nnx.LoRA's, per adapter
@@ -132,7 +133,7 @@ def project(
 ) -> Array:
     """x[..., K] times the projection `p`, stored [in..., out...] and read as [K, N] -> [..., N] in x's dtype.
     With a LoRA adapter, plus scale * (x A) B (A[K, rank], B[rank, N]); with several (`MultiLoRA`), each row's
-    by `select` (one-hot [B, adapters])."""
+    by `select` (one-hot [B, T or 1, adapters])."""
     y = dense(x, p[...].astype(x.dtype).reshape(x.shape[-1], -1))
     if lora is None:
         return y
@@ -197,7 +198,7 @@ class Attention(nnx.Module):
     ) -> tuple[Array, tuple[Array, Array] | None]:
         """x[B,T,D] -> out[B,T,D], attending as `mask` says; with a cache kv = (keyT[B,K,H,S], value[B,K,S,H]),
         token t of row b writes its key and value to slot slots[b,t] (int32[B,T]; a slot >= S writes nothing) and
-        attends the cache. `select`: each row's adapter (one-hot [B, adapters]) where there are several."""
+        attends the cache. `select`: each token's adapter (one-hot [B, T or 1, adapters]) where there are several."""
         dt = x.dtype
         b, t = x.shape[:2]
         n, kh, h = self.cfg.num_heads, self.cfg.num_kv_heads, self.cfg.head_dim

@@ -79,7 +79,8 @@ class Transformer(nnx.Module):
         if cfg.lora.rank and cfg.lora.adapters > 1:
             if adapter_ids is None:
                 raise ValueError(f"this model has {cfg.lora.adapters} adapters (policies): pass each row's adapter_ids")
-            ids = adapter_ids if adapter_ids.ndim == 2 else adapter_ids[:, None]
+            ids = jnp.asarray(adapter_ids, jnp.int32)
+            ids = ids if ids.ndim == 2 else ids[:, None]
             select = jax.nn.one_hot(ids, cfg.lora.adapters, dtype=jnp.dtype(cfg.dtype))  # [B, T or 1, adapters]
         dt = jnp.dtype(cfg.dtype)
         x = constrain(jnp.take(self.embed[...], tokens, axis=0).astype(dt), ACTIVATIONS)

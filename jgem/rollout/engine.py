@@ -600,6 +600,7 @@ class RolloutEngine:
     ) -> Stream:
         if not len(tokens):
             raise ValueError(f"rollout workflow {self.workflow.name!r}: open a stream with at least one token")
+        adapter = self._adapter(adapter)
         slot = self._free_slot(unit)
         segment = StreamSegment(tokens)
         pinned = version is not None
@@ -607,8 +608,8 @@ class RolloutEngine:
             unit.held.add(version)
         version = unit.version if version is None else version
         stream = Stream(slot, unit, spec.episode_id, spec.group_id, version, segment, share=share, pinned=pinned)
-        stream.adapter = self._adapter(adapter)
-        self.slots.set_adapter(slot, stream.adapter)
+        stream.adapter = adapter
+        self.slots.set_adapter(slot, adapter)
         stream.lane = self._lane(unit, spec.episode_id)
         self._live[slot] = stream
         unit.streams.append(stream)

@@ -124,10 +124,13 @@ class Stream:
     draws: int = 0
     lane: int = 0  # which of its episode's streams it is: its draws' keys (0: the first, the turn loop's)
     share: bool = False  # its first tokens may be copied from a group peer's slot (until its first action ends)
-    prefix_key: tuple | None = None  # (version, stream, group, first tokens) while the slot holds their keys/values
+    # (version, adapter, stream, group, first tokens) while the slot holds their keys/values
+    prefix_key: tuple | None = None
     redo: int = 0  # positions a publication (stale_kv recompute) dropped, counted when they are prefilled again
     pinned: bool = False  # samples with its own `version` whatever the run's (a frozen opponent); publications skip it
-    adapter: int = 0  # the LoRA adapter (policy) it samples with, in a model with several (`LoraConfig.adapters`)
+    # the LoRA adapter (policy) it samples with, in a model with several (`LoraConfig.adapters`); set by `open` (the
+    # slot's own copy is what the programs read: read-only here)
+    adapter: int = 0
     waiter: Any = None  # the task awaiting its action
 
     @property

@@ -141,4 +141,4 @@ def test_slots_of_different_policies_decode_in_one_chunk_exactly_as_each_policy_
     for s, p in enumerate(mixed):
         assert got[0][s] == alone[p][0][s] and len(got[0][s]) == 8
         np.testing.assert_array_equal(got[1][s], alone[p][1][s])
-    assert alone[0][0] != alone[1][0] != alone[2][0]
+    assert len({str(alone[p][0]) for p in range(3)}) == 3  # the policies sample differently

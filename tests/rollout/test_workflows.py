@@ -130,6 +130,55 @@ class ForkChain(Workflow):
         return traj
 
 
+class Policies(Workflow):
+    """Test workflow: a group whose four streams open on the same prompt on adapters (policies) 0, 1, 0, 1, and a
+    fork of the second; every stream's slot holds its adapter, and each generates one action."""
+
+    name = "test-policies"
+    grouped = True
+
+    def width(self, group_size: int) -> int:
+        return group_size + 1
+
+    async def run(self, ctx, specs):
+        prompt = list(ctx.chat.start([{"role": "user", "content": "pick"}]))
+        streams = [ctx.open(prompt, episode_id=s.episode_id, adapter=k % 2) for k, s in enumerate(specs)]
+        outs = await ctx.gather(*(ctx.generate(s) for s in streams))
+        streams.append(ctx.fork(streams[1]))
+        await ctx.generate(streams[-1])
+        held = [int(ctx._engine.slots.adapter[s.slot]) for s in streams]
+        assert held == [s.adapter for s in streams] == [0, 1, 0, 1, 1], held
+        trajs = []
+        for s, g in zip(specs, outs):
+            t = ctx.trajectory(s)
+            t.record(g, 0.0)
+            trajs.append(t)
+        return trajs
+
+
+def test_streams_on_different_adapters_share_a_prefill_only_with_their_own_policy(setup):
+    """A model with two policies' LoRA adapters: four streams of one group open on the same prompt, two per policy;
+    the prompt is prefilled once per policy and copied to the other stream of that policy (a slot's keys and values
+    are its policy's), a fork keeps its source's policy, and an adapter the model lacks is refused."""
+    from jgem.models.config import LoraConfig
+    from jgem.models.transformer import Transformer
+
+    chat, cfg, _ = setup
+    cfg = cfg.replace(lora=LoraConfig(rank=4, adapters=2))
+    model = Transformer(cfg, rngs=nnx.Rngs(0))
+    specs = [EpisodeSpec(i, 0, 100) for i in range(4)]
+    rcfg = RolloutConfig(view="chat", max_new_tokens=4)
+    prompt = len(chat.start([{"role": "user", "content": "pick"}]))
+    with EnvPool("test:talk", 5, backend="inline", wrappers=wrappers_for_view("chat")) as pool:
+        engine = RolloutEngine(cfg, pool, chat, rcfg, env_name="test:talk", workflow=Policies())
+        eps = engine.collect(model, specs, jax.random.key(1), max_turns=4)
+        assert len(eps) == 4 and engine.stats.shared_prefix_tokens == 2 * (prompt - 1)
+        with pytest.raises(ValueError, match=r"adapter \(policy\) 1, but the model has 1 \(--model.lora.adapters\)"):
+            RolloutEngine(setup[1], pool, chat, rcfg, env_name="test:talk", workflow=Policies()).collect(
+                setup[2], specs, jax.random.key(1), max_turns=4
+            )
+
+
 def test_a_fork_of_a_fork_holds_the_source_row_and_each_stream_draws_its_own_tokens(setup):
     """`b = fork(fork(s))` before the copies run gets s's row (the pending copy resolved), and three streams of one
     episode (draw lanes 0, 1, 2) sample different actions from the same state."""
