@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jgem.config import validate
+from jgem.models.config import LoraConfig
 from tests.train_utils import small_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
         (
             {"warm_start": {"steps": 2, "teacher": "scan"}},
             r"warm_start.teacher 'scan' is not a teacher of 'game:GuessTheNumber-v0-easy'; choose from solver, uniform",
+        ),
+        (
+            {"model": {"lora": LoraConfig(rank=4, adapters=2)}},
+            r"model.lora.adapters 2: several policies on one base are in the model and the rollout engine, but the "
+            r"learner does not train them yet",
         ),
     ],
 )
