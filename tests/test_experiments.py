@@ -550,3 +550,35 @@ def test_the_self_play_sweep_pairs_each_run_with_its_own_warm_start(tmp_path):
     assert f"| self | eval/success_rate | 3 | 0.410 | 0.550 | +0.140 [{want['ci95'][0]:+.3f}" in table
     assert "| self | eval/success_rate | 4 | 0.500 | - |" in table
     assert json.loads((tmp_path / "rise.json").read_text()) == json.loads(json.dumps(out))
+
+
+def test_the_confirmatory_sweep_tests_its_three_hypotheses_with_holms_correction(tmp_path):
+    """experiments.ablations.confirm_gem's tests on run dirs written by hand: one warm start (seed 0) every arm trains
+    from, each primary test the paired t of its arm minus its baseline over the seeds, Holm's adjusted p over the
+    three, a seed whose run did not finish left out of that test only."""
+    from experiments.ablations.confirm_gem import TESTS, build_runs, confirm
+    from experiments.ablations.power import holm, paired_t
+
+    runs = build_runs([11, 12, 13, 14], tmp_path, ["--steps", "30"], [], warm_seed=0)
+    assert runs[0].is_warm_start and runs[0].seed == 0 and {r.warm for r in runs[1:]} == {runs[0].run_dir}
+    turns = {"rebn-g0.9": [5.1, 5.0, 5.2, 5.1], "rebn-g1.0": [5.45, 5.4, 5.55, 5.5]}
+    turns["reinforce-g0.9"] = [5.4, 5.35, 5.45, 5.4]
+    success = {"rebn-g0.9": [0.62, 0.60, 0.66, 0.64], "rebn-g1.0": [0.6] * 4, "reinforce-g0.9": [0.6, 0.62, 0.6, None]}
+    for r in runs[1:]:
+        k = [11, 12, 13, 14].index(r.seed)
+        r.run_dir.mkdir(parents=True)
+        if success[r.variant][k] is None:
+            continue  # reinforce seed 14 did not finish
+        evals = {"eval/turns": turns[r.variant][k], "eval/success_rate": success[r.variant][k]}
+        (r.run_dir / "summary.json").write_text(json.dumps({"steps": 30, "final_eval": evals}))
+    out = confirm(runs, tmp_path, 30)
+    h1, h2, h3 = (out["tests"][n] for n in TESTS)
+    assert h1["test"]["n"] == 4 and h1["test"]["mean"] == pytest.approx(-0.375)
+    assert h2["test"]["n"] == 3 and h2["test"]["mean"] == pytest.approx((0.02 - 0.02 + 0.06) / 3)
+    assert h3["test"]["n"] == 3 and h3["test"]["t"] == pytest.approx(paired_t([-0.3, -0.35, -0.25])["t"])
+    want = holm({n: out["tests"][n]["test"]["p"] for n in TESTS})
+    assert {n: out["tests"][n]["holm"] for n in TESTS} == want
+    assert h1["holm"]["reject"] and not h2["holm"]["reject"]
+    table = (tmp_path / "confirm.md").read_text()
+    assert "| H1 gamma 0.9 vs 1.0, turns | eval/turns | 4 | -0.375 [" in table and "| yes |" in table
+    assert "| H2 ReBN vs REINFORCE, success | 14 | 0.6400 | - |" in table

@@ -18,6 +18,9 @@ def test_paired_power_and_seeds_match_g_power():
     assert paired_power(0.8, 1.0, 15) == pytest.approx(0.8213, abs=1e-4)
     assert paired_power(0.17, 0.10, 5) == pytest.approx(paired_power(1.7, 1.0, 5))  # only d / sd counts
     assert paired_power(0.0, 1.0, 8) == pytest.approx(0.05, abs=1e-9)  # no effect: the test's level
+    # far in the tail (scipy's noncentral t gives nan there): a number, and the integral agrees where both work
+    assert [paired_power(0.313, 0.0282, n, 0.05 / 3) for n in (4, 5)] == pytest.approx([1.0, 1.0], abs=1e-6)
+    assert paired_power(0.313, 0.0282, 3, 0.05 / 3) == pytest.approx(0.9978, abs=1e-4)
     with pytest.raises(ValueError, match="at least 2 seeds"):
         paired_power(0.5, 1.0, 1)
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from scipy import stats
+from scipy import integrate, stats
 
 
 def paired_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
@@ -29,7 +29,14 @@ def paired_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float
         raise ValueError(f"sd must be positive, got {sd}")
     df, nc = n - 1, effect / sd * math.sqrt(n)
     crit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    power = float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    if math.isfinite(power):
+        return power
+    # far in the tail scipy's noncentral t gives nan: the same power as an integral over the chi-square of the
+    # sample variance, T = (Z + nc) / s with s = sqrt(V / df)
+    s = lambda v: math.sqrt(v / df)
+    reject = lambda v: (stats.norm.sf(crit * s(v) - nc) + stats.norm.cdf(-crit * s(v) - nc)) * stats.chi2.pdf(v, df)
+    return float(min(1.0, integrate.quad(reject, 0, math.inf)[0]))
 
 
 def seeds_for(effect: float, sd: float, power: float = 0.8, alpha: float = 0.05, max_n: int = 10_000) -> int:
