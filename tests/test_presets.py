@@ -36,6 +36,8 @@ def _first_observation(trainer) -> str:
     trainer.pool.reset([0], [0])
     batch = trainer.pool.recv()
     obs = batch.obs[0]
+    if isinstance(obs, dict):  # a multi-agent game: each agent's observation
+        return "\n".join(obs.values())
     return obs if isinstance(obs, str) else "\n".join(m["content"] for m in obs)
 
 
