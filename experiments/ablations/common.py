@@ -28,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -563,10 +563,18 @@ def _cell(s: dict, runs: int) -> str:
 
 
 def finish(
-    runs: Sequence[Run], args: argparse.Namespace, out: Path, xlabel: str, *, numeric_x: bool, fields: Sequence[str]
+    runs: Sequence[Run],
+    args: argparse.Namespace,
+    out: Path,
+    xlabel: str,
+    *,
+    numeric_x: bool,
+    fields: Sequence[str],
+    then: Callable[[], Any] | None = None,
 ) -> None:
     """The end of every sweep's main: with --dry-run, each run's command and the config `fields` it varies; else
-    run the unfinished runs, write the table and plot, and exit non-zero if any run failed."""
+    run the unfinished runs, write the table and plot (and `then`'s own, a sweep's tests), and exit non-zero if any
+    run failed."""
     if args.dry_run:
         dry_run(runs, args.preset, fields)
         return
@@ -581,7 +589,17 @@ def finish(
         curve_metric=args.curve_metric,
         baseline=args.baseline,
     )
+    if then is not None:
+        then()
     exit_on_failures(rows)
+
+
+def write_report(out: Path, stem: str, result: dict, table: str) -> None:
+    """A sweep's own report: `<out>/<stem>.json` (`result`) and `<out>/<stem>.md` (`table`, also printed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    (out / f"{stem}.md").write_text(table)
+    print(table)
 
 
 def exit_on_failures(rows: list[dict]) -> None:

@@ -19,7 +19,6 @@ same command skips finished runs and resumes the rest.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,12 +27,10 @@ from experiments.ablations.common import (
     Run,
     base_parser,
     common_overrides,
-    dry_run,
-    exit_on_failures,
     final_metric,
-    run_all,
+    finish,
     split_argv,
-    summarize,
+    write_report,
 )
 from experiments.ablations.power import holm, paired_t
 
@@ -83,10 +80,7 @@ def confirm(runs: Sequence[Run], out: Path, steps: int | None, alpha: float = 0.
     for n, h in holm(ok, alpha).items():
         tests[n]["holm"] = h
     result = {"alpha": alpha, "steps": steps, "seeds": seeds, "tests": tests}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "confirm.json").write_text(json.dumps(result, indent=2))
-    (out / "confirm.md").write_text(_table(result))
-    print(_table(result))
+    write_report(out, "confirm", result, _table(result))
     return result
 
 
@@ -124,15 +118,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(own)
     out = Path(args.out).resolve()
     runs = build_runs(args.seeds, out, common_overrides(args), extra, warm_seed=args.warm_seed)
-    if args.dry_run:
-        dry_run(runs, args.preset, ["algorithm", "gamma", "seed", "steps", "warm_start.steps", "run_dir"])
-        return
-    run_all(runs, args.preset, args.steps, args.jobs)
-    rows = summarize(
-        runs, out, "arm", numeric_x=False, metrics=args.metrics, steps=args.steps, curve_metric=args.curve_metric
+    fields = ["algorithm", "gamma", "seed", "steps", "warm_start.steps", "run_dir"]
+    finish(
+        runs, args, out, "arm", numeric_x=False, fields=fields, then=lambda: confirm(runs, out, args.steps, args.alpha)
     )
-    confirm(runs, out, args.steps, args.alpha)
-    exit_on_failures(rows)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ For a pod: the same command with `--preset` a pod preset and `-- --env.env-id ..
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,13 +27,11 @@ from experiments.ablations.common import (
     Run,
     base_parser,
     common_overrides,
-    dry_run,
-    exit_on_failures,
     final_metric,
-    run_all,
+    finish,
     split_argv,
-    summarize,
     with_shared_warm_start,
+    write_report,
 )
 from experiments.ablations.power import paired_t
 
@@ -71,10 +68,7 @@ def rise(runs: Sequence[Run], out: Path, metrics: Sequence[str], steps: int | No
             test = paired_t([v["final"] - v["warm"] for v in both.values()]) if len(both) > 1 else None
             per_metric[m] = {"per_seed": seeds, "test": test}
         result["settings"][setting] = per_metric
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "rise.json").write_text(json.dumps(result, indent=2))
-    (out / "rise.md").write_text(_rise_table(result))
-    print(_rise_table(result))
+    write_report(out, "rise", result, _rise_table(result))
     return result
 
 
@@ -121,16 +115,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = ap.parse_args(own)
     out = Path(args.out).resolve()
     runs = build_runs(args.opponents, args.seeds, out, common_overrides(args), extra)
-    if args.dry_run:
-        fields = ["rollout.opponent", "algorithm", "group_size", "seed", "steps", "warm_start.steps", "run_dir"]
-        dry_run(runs, args.preset, fields)
-        return
-    run_all(runs, args.preset, args.steps, args.jobs)
-    rows = summarize(
-        runs, out, "opponent", numeric_x=False, metrics=args.metrics, steps=args.steps, curve_metric=args.curve_metric
+    fields = ["rollout.opponent", "algorithm", "group_size", "seed", "steps", "warm_start.steps", "run_dir"]
+    finish(
+        runs,
+        args,
+        out,
+        "opponent",
+        numeric_x=False,
+        fields=fields,
+        then=lambda: rise(runs, out, args.metrics, args.steps),
     )
-    rise(runs, out, args.metrics, args.steps)
-    exit_on_failures(rows)
 
 
 if __name__ == "__main__":
