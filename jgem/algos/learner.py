@@ -85,6 +85,9 @@ class TrainState(struct.PyTreeNode):
     cfg: LearnerConfig = struct.field(pytree_node=False, default=LearnerConfig())
     mesh: Mesh | None = struct.field(pytree_node=False, default=None)
     rules: Rules = struct.field(pytree_node=False, default=DEFAULT_RULES)
+    # several policies as LoRA adapters on one base (`LoraConfig.adapters`): every trained leaf stacks them on its
+    # first axis, and a batch's `adapter_ids` say whose each token is
+    policies: int = struct.field(pytree_node=False, default=1)
 
     def model(self) -> nnx.Module:
         """The policy as an nnx module (for sampling and evaluation)."""
@@ -99,8 +102,9 @@ def make_schedule(cfg: LearnerConfig, lr: float) -> optax.Schedule:
     return optax.join_schedules([optax.linear_schedule(0.0, lr, cfg.warmup_steps), decay], [cfg.warmup_steps])
 
 
-def make_optimizer(cfg: LearnerConfig, *, critic: bool = False) -> optax.GradientTransformation:
-    """AdamW (decay on >= 2-d params only) behind global-norm clipping."""
+def make_optimizer(cfg: LearnerConfig, *, critic: bool = False, policies: int = 1) -> optax.GradientTransformation:
+    """AdamW (decay on >= 2-d params only) behind global-norm clipping; with several `policies` (LoRA adapters
+    stacked on every trained leaf's first axis), each policy's gradient clipped by its own norm."""
     lr, max_norm = (cfg.critic_lr, cfg.critic_max_grad_norm) if critic else (cfg.lr, cfg.max_grad_norm)
     adamw = optax.adamw(
         make_schedule(cfg, lr),
@@ -110,7 +114,37 @@ def make_optimizer(cfg: LearnerConfig, *, critic: bool = False) -> optax.Gradien
         weight_decay=cfg.weight_decay,
         mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p),
     )
-    return adamw if max_norm is None else optax.chain(optax.clip_by_global_norm(max_norm), adamw)
+    if max_norm is None:
+        return adamw
+    clip = clip_by_policy_norm(max_norm) if policies > 1 else optax.clip_by_global_norm(max_norm)
+    return optax.chain(clip, adamw)
+
+
+def policy_norms(tree: Any) -> jax.Array:
+    """f32[P]: the global norm of each policy's part of `tree`, whose leaves stack the policies on their first axis
+    (a model with several LoRA adapters: its trained params, their gradients)."""
+    sq = [jnp.sum(jnp.square(x.astype(jnp.float32)), axis=tuple(range(1, x.ndim))) for x in jax.tree.leaves(tree)]
+    return jnp.sqrt(functools.reduce(jnp.add, sq))
+
+
+def _per_policy(v: jax.Array, x: jax.Array) -> jax.Array:
+    """v[P] shaped to broadcast against x[P, ...]."""
+    return v.reshape((-1,) + (1,) * (x.ndim - 1))
+
+
+def clip_by_policy_norm(max_norm: float) -> optax.GradientTransformation:
+    """`optax.clip_by_global_norm` applied to each policy's gradient apart (leaves stacked [P, ...]): a policy's
+    update does not shrink because another's gradient is large, and each is clipped as if it trained alone."""
+
+    def update(updates, state, params=None):
+        del params
+        norms = policy_norms(updates)
+        clip = lambda g: jnp.where(
+            _per_policy(norms < max_norm, g), g, (g / _per_policy(norms, g).astype(g.dtype)) * max_norm
+        )
+        return jax.tree.map(clip, updates), state
+
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def init_train_state(
@@ -132,10 +166,21 @@ def init_train_state(
     if errors := config_errors(cfg):
         raise ValueError("LearnerConfig: " + "; ".join(errors))
     graphdef, params, model_state = nnx.split(model, trainable(model), ...)
+    policies = model.cfg.lora.adapters if model.cfg.lora.rank else 1
+    if policies > 1:
+        if critic is not None:
+            raise ValueError(
+                f"a critic with {policies} policies (LoRA adapters): the critic is one model, the policies several; "
+                "use an estimator without a critic (rebn, rae, grpo, rloo, reinforce_pp)"
+            )
+        odd = [jax.tree_util.keystr(k) for k, x in jax.tree.leaves_with_path(params) if x.shape[:1] != (policies,)]
+        if odd:
+            raise ValueError(f"{policies} policies, but these trained weights are not stacked per policy: {odd}")
     critic_graphdef = critic_params = critic_state = critic_opt = None
     place = functools.partial(_place, mesh=mesh, rules=rules)
     params, model_state = place(params), place(model_state)
-    opt_state = _init_opt(make_optimizer(cfg), params, mesh=mesh, rules=rules) if optimizer else None
+    opt = make_optimizer(cfg, policies=policies)
+    opt_state = _init_opt(opt, params, mesh=mesh, rules=rules) if optimizer else None
     if critic is not None:
         critic_graphdef, critic_params, critic_state = nnx.split(critic, trainable(critic), ...)
         critic_params, critic_state = place(critic_params), place(critic_state)
@@ -160,6 +205,7 @@ def init_train_state(
         cfg=cfg,
         mesh=mesh,
         rules=rules,
+        policies=policies,
     )
 
 
@@ -167,7 +213,9 @@ def reset_optimizer(state: TrainState) -> TrainState:
     """`state` with a fresh policy optimizer state for its current `cfg` (count 0, zero moments), placed like
     `init_train_state` places it; e.g. between a supervised phase and RL."""
     return state.replace(
-        opt_state=_init_opt(make_optimizer(state.cfg), state.params, mesh=state.mesh, rules=state.rules)
+        opt_state=_init_opt(
+            make_optimizer(state.cfg, policies=state.policies), state.params, mesh=state.mesh, rules=state.rules
+        )
     )
 
 
@@ -190,8 +238,13 @@ def _place(tree: Any, *, mesh: Mesh | None, rules: Rules) -> Any:
 # ----------------------------------------------------------------------------- forward passes
 
 
-def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerConfig):
-    """Micro-batch policy loss: (loss sum, (denominator, metric sums)). Differentiable in params."""
+def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerConfig, policies: int = 1):
+    """Micro-batch policy loss: (loss sum, (denominator, metric sums)). Differentiable in params.
+
+    With several `policies` (the batch's `adapter_ids`), the sum and the denominator are per policy ([P]), each
+    aggregated over that policy's tokens alone; the loss differentiated is their sum, and since an adapter's
+    output depends only on its own tokens, adapter p's gradient is that of its own sum (the caller divides it by
+    its own denominator)."""
     model = nnx.merge(graphdef, params, model_state)
     logp, entropy = token_logprobs(
         model,
@@ -201,6 +254,7 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         chunk_size=cfg.logprob_chunk_size,
         temperature=cfg.temperature,
         keep_logits_mb=cfg.keep_logits_mb,
+        adapter_ids=batch.adapter_ids,
     )
     mask = batch.loss_mask
     per_token, clipped = losses.POLICY_LOSSES.get(cfg.policy_loss)(logp, batch, cfg)
@@ -220,10 +274,18 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         total = total + cfg.kl_coef * kl
     if cfg.entropy_coef:
         total = total - cfg.entropy_coef * entropy
-    loss_sum, denom = losses.aggregate(total, mask, batch.segment_ids, cfg.aggregation, cfg.loss_norm_constant)
+    agg = lambda k: losses.aggregate(total, k, batch.segment_ids, cfg.aggregation, cfg.loss_norm_constant)
     m = mask.astype(jnp.float32)
     sg = jax.lax.stop_gradient
-    metric_sums = {
+    per_policy = {}
+    if batch.adapter_ids is None:
+        loss_sum, denom = agg(mask)
+    else:
+        mine = [mask & (batch.adapter_ids == p) for p in range(policies)]
+        sums, denom = (jnp.stack(x) for x in zip(*map(agg, mine)))
+        loss_sum = sums.sum()
+        per_policy = {"policy_loss": sg(sums), "policy_tokens": jnp.stack([k.sum() for k in mine]).astype(jnp.float32)}
+    metric_sums = per_policy | {
         "pg_loss": sg(per_token * m).sum(),
         "entropy": sg(entropy * m).sum(),
         "kl": sg(kl * m).sum(),
@@ -305,7 +367,7 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
     grad_critic = jax.grad(critic_loss, has_aux=True)
 
     def micro_out(x: TrainBatch) -> dict:
-        g, (d, ms) = grad_policy(state.params, state.model_state, state.graphdef, x, cfg)
+        g, (d, ms) = grad_policy(state.params, state.model_state, state.graphdef, x, cfg, state.policies)
         # keep the accumulators laid out like the params (fsdp/tensor sharded), not replicated
         out = {"g": constrain_tree(g, mesh, rules), "d": d, "m": ms}
         if has_critic:
@@ -327,15 +389,27 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
         acc0["cg"] = constrain_tree(acc0["cg"], mesh, rules)
     acc, _ = jax.lax.scan(micro, acc0, mb)
 
-    grads = jax.tree.map(lambda g: g / jnp.maximum(acc["d"], 1e-9), acc["g"])
+    d = jnp.maximum(acc["d"], 1e-9)  # [P] with several policies: each policy's gradient over its own denominator
+    grads = jax.tree.map(lambda g: g / (d if d.ndim == 0 else _per_policy(d, g)), acc["g"])
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(grad_norm)
-    plain = ("tokens", "loss", "logprob_diff_max")
+    plain = ("tokens", "loss", "logprob_diff_max", "policy_loss", "policy_tokens")
     metrics = {k: v / jnp.maximum(acc["m"]["tokens"], 1.0) for k, v in acc["m"].items() if k not in plain}
     metrics["logprob_diff_max"] = acc["m"]["logprob_diff_max"]
-    metrics["loss"] = acc["m"]["loss"] / jnp.maximum(acc["d"], 1e-9)
+    metrics["loss"] = acc["m"]["loss"] / d
     metrics["grad_norm"] = grad_norm
-    tx = make_optimizer(cfg)
+    keep = None  # with several policies: which policies' params and moments this step updates
+    if state.policies > 1:
+        losses_p, norms = acc["m"]["policy_loss"] / d, policy_norms(grads)
+        # a policy without tokens here keeps its params and moments (AdamW would still move them); a policy whose
+        # gradient is not finite is skipped alone (a NaN adapter would poison every token's forward)
+        keep = jnp.isfinite(norms) & (acc["m"]["policy_tokens"] > 0)
+        finite = jnp.isfinite(norms).all()
+        metrics["loss"] = losses_p.sum()
+        for p in range(state.policies):
+            metrics[f"policy{p}/loss"], metrics[f"policy{p}/grad_norm"] = losses_p[p], norms[p]
+            metrics[f"policy{p}/tokens"] = acc["m"]["policy_tokens"][p]
+    tx = make_optimizer(cfg, policies=state.policies)
     # the optimizer runs in each param's dtype, as its state was made (bf16 params: bf16 moments); the division
     # by the float32 token count made the gradients float32
     grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, state.params)
@@ -354,7 +428,12 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
         metrics["value_loss"] = acc["cm"]["value_loss"] / jnp.maximum(acc["cd"], 1e-9)
         metrics["critic_grad_norm"] = cnorm
     # non-finite guard: a step with inf/nan gradients leaves params and optimizer state untouched
-    kept = constrain_tree(_where_tree(finite, new, old), mesh, rules)
+    if keep is None:
+        kept = _where_tree(finite, new, old)
+    else:  # per policy: every non-scalar leaf stacks the policies first; the scalars (step counts) move with any
+        pick = lambda x, y: jnp.where(keep.any() if x.ndim == 0 else _per_policy(keep, x), x, y)
+        kept = jax.tree.map(pick, new, old)
+    kept = constrain_tree(kept, mesh, rules)
     metrics["skipped"] = (~finite).astype(jnp.float32)
     return state.replace(**kept), metrics
 
@@ -398,7 +477,9 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
         # the proximal policy's log-probs (the params before this update, i.e. the sampling ones in a synchronous
         # run): PPO's ratio is taken against them, and the registered correction weighs or drops each token by
         # pi_prox / pi_behaviour (`jgem.algos.corrections`)
-        lp0 = policy_logprobs(state, state.params, batch.tokens, batch.positions, batch.segment_ids)
+        lp0 = policy_logprobs(
+            state, state.params, batch.tokens, batch.positions, batch.segment_ids, adapter_ids=batch.adapter_ids
+        )
         whole_batch_mismatch = _mismatch(lp0, batch.old_logprobs, batch.loss_mask)
         batch, corrected = corrections.correct(batch, lp0, cfg)
 
@@ -457,18 +538,18 @@ def rowwise(fn, arrays: tuple[jax.Array, ...], rows: int | None, mesh: Mesh | No
     return jax.lax.stop_gradient(jnp.swapaxes(out, 0, 1).reshape(B, T))  # _split's layout, undone
 
 
-def policy_logprobs(state: TrainState, params: Any, tokens, positions, segment_ids) -> jax.Array:
+def policy_logprobs(state: TrainState, params: Any, tokens, positions, segment_ids, adapter_ids=None) -> jax.Array:
     """f32[B, T] log-probs of the tokens under the policy with `params` (the state's, or its reference's), a
-    micro-batch of rows at a time, no gradient."""
+    micro-batch of rows at a time, no gradient; each token under its policy's adapter (`adapter_ids`) with several."""
     cfg = state.cfg
     model = nnx.merge(state.graphdef, params, state.model_state)
 
-    def one(tok, pos, seg):
-        return token_logprobs(
-            model, tok, pos, seg, chunk_size=cfg.logprob_chunk_size, temperature=cfg.temperature, keep_logits_mb=0.0
-        )[0]
+    def one(tok, pos, seg, ids=None):
+        kw = dict(chunk_size=cfg.logprob_chunk_size, temperature=cfg.temperature, keep_logits_mb=0.0)
+        return token_logprobs(model, tok, pos, seg, adapter_ids=ids, **kw)[0]
 
-    return rowwise(one, (tokens, positions, segment_ids), cfg.micro_batch_size, state.mesh)
+    arrays = (tokens, positions, segment_ids) + (() if adapter_ids is None else (adapter_ids,))
+    return rowwise(one, arrays, cfg.micro_batch_size, state.mesh)
 
 
 def _opt_count(opt_state) -> jax.Array:

@@ -44,6 +44,10 @@ class StepInputs:
                                               the prompts of the states truncated episodes were cut in, packed into
                                               rows of their own (critic only: the update never sees them)
     bootstrap_episode i32[Bb, Tb] | None      the (global) episode each such prompt belongs to, at its last token
+    adapter_ids i32[B, T] | None              several policies (LoRA adapters on one base): each token's policy
+    policy_ids i32[E] | None                  and each episode's; the estimator's statistics (ReBN's mean and std, a
+                                              group's baseline) are then per policy, so every policy's advantages are
+                                              those of a batch of its own episodes
     """
 
     tokens: jax.Array
@@ -62,6 +66,8 @@ class StepInputs:
     bootstrap_positions: jax.Array | None = None
     bootstrap_segment_ids: jax.Array | None = None
     bootstrap_episode: jax.Array | None = None
+    adapter_ids: jax.Array | None = None
+    policy_ids: jax.Array | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ class StepSpec:
 
 def reference_logprobs(state: TrainState, sb: StepInputs) -> jax.Array:
     """f32[B, T] log-probs of the batch's tokens under the frozen reference policy."""
-    return policy_logprobs(state, state.ref_params, sb.tokens, sb.positions, sb.segment_ids)
+    return policy_logprobs(state, state.ref_params, sb.tokens, sb.positions, sb.segment_ids, sb.adapter_ids)
 
 
 def values(state: TrainState, tokens, positions, segment_ids) -> jax.Array:
@@ -116,7 +122,8 @@ def prepare(state: TrainState, sb: StepInputs, spec: StepSpec) -> TrainBatch:
     """The `TrainBatch` the learner updates on, computed from `sb` on the devices."""
     if spec.advantage is None:  # supervised: every action token counts once, nothing else is needed
         adv = _on_tokens(sb.turn_mask.astype(jnp.float32), sb.loss_mask, sb)
-        return TrainBatch(sb.tokens, sb.positions, sb.segment_ids, sb.loss_mask, adv, sb.old_logprobs)
+        batch = TrainBatch(sb.tokens, sb.positions, sb.segment_ids, sb.loss_mask, adv, sb.old_logprobs)
+        return batch.replace(adapter_ids=sb.adapter_ids)
     ref = reference_logprobs(state, sb) if state.ref_params is not None else None
     options: dict = {}
     critic = state.critic_params is not None
@@ -134,10 +141,10 @@ def prepare(state: TrainState, sb: StepInputs, spec: StepSpec) -> TrainBatch:
         if ref is None:
             raise ValueError("reward_kl_coef > 0 needs a TrainState with ref_params (init_train_state(reference=True))")
         options["kl"] = _turn_sums(sb.old_logprobs - ref, sb.loss_mask, sb)
-    out = compute_advantages(
+    estimate = lambda turn_mask: compute_advantages(
         spec.advantage,
         sb.rewards,
-        sb.turn_mask,
+        turn_mask,
         group_ids=sb.group_ids,
         role_ids=sb.role_ids,
         gamma=spec.gamma,
@@ -145,6 +152,14 @@ def prepare(state: TrainState, sb: StepInputs, spec: StepSpec) -> TrainBatch:
         kl_coef=spec.reward_kl_coef,
         **options,
     )
+    if sb.policy_ids is None:
+        out = estimate(sb.turn_mask)
+    else:  # each policy's episodes alone (the others masked out), then each episode takes its own policy's
+        out = None
+        for p in range(state.policies):
+            mine = sb.policy_ids[:, None] == p
+            part = estimate(sb.turn_mask & mine)
+            out = part if out is None else jax.tree.map(functools.partial(jnp.where, mine), part, out)
     batch = TrainBatch(
         sb.tokens,
         sb.positions,
@@ -153,6 +168,7 @@ def prepare(state: TrainState, sb: StepInputs, spec: StepSpec) -> TrainBatch:
         _on_tokens(out.advantages, sb.loss_mask, sb),
         sb.old_logprobs,
         ref_logprobs=ref,
+        adapter_ids=sb.adapter_ids,
     )
     if critic:
         batch = batch.replace(

@@ -25,6 +25,8 @@ class TrainBatch:
                                old_logprobs by the proximal policy's (the learner's, recomputed before the update)
     is_weights[B, T] f32       the correction's stop-gradient weight on each token's policy loss (e.g. truncated
                                importance weights min(pi_prox / pi_behaviour, cap)); 0 off the loss
+    adapter_ids[B, T] i32      each token's LoRA adapter (policy) in a model with several (None: one policy); the
+                               loss is then normalised per policy, so each adapter's gradient is its own episodes'
     """
 
     tokens: jax.Array
@@ -39,6 +41,7 @@ class TrainBatch:
     value_mask: jax.Array | None = None
     sampler_logprobs: jax.Array | None = None
     is_weights: jax.Array | None = None
+    adapter_ids: jax.Array | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -74,6 +77,7 @@ class TrainBatch:
             "value_mask",
             "sampler_logprobs",
             "is_weights",
+            "adapter_ids",
         ):
             x = getattr(self, name)
             if x is not None and tuple(x.shape) != tuple(self.tokens.shape):

@@ -43,6 +43,7 @@ def token_logprobs(
     chunk_size: int = 1024,
     temperature: float = 1.0,
     keep_logits_mb: float = 0.0,
+    adapter_ids: Array | None = None,
 ) -> tuple[Array, Array]:
     """logprobs, entropy f32[B,T]: logprobs[:, t] = log p(tokens[:, t] | tokens[:, <t]); entropy[:, t] is the
     entropy of that predictive distribution. Both are 0 at t=0, at segment starts and on padding (segment 0).
@@ -52,9 +53,9 @@ def token_logprobs(
     The vocab projection runs over chunks of `chunk_size` tokens, recomputed in the backward pass
     (`vocab_logprobs`), so memory stays O(chunk_size * V) whatever B*T is; unless all B*T x V float32 logits
     take at most `keep_logits_mb` MB: then they are computed in one piece and the backward pass reuses them.
-    Differentiable.
+    Differentiable. `adapter_ids` i32[B, T]: each token's LoRA adapter (policy), for a model with several.
     """
-    h, _ = model.hidden(tokens, positions, segment_ids=segment_ids)
+    h, _ = model.hidden(tokens, positions, segment_ids=segment_ids, adapter_ids=adapter_ids)
     b, t, d = h.shape
     h_prev = jnp.concatenate([jnp.zeros((b, 1, d), h.dtype), h[:, :-1]], axis=1)  # h_prev[t] predicts tokens[t]
     first = jnp.arange(t)[None, :] == 0

@@ -45,8 +45,9 @@ class Segment:
 @dataclass(frozen=True)
 class PackedBatch:
     """`arrays`: the token-level [B, T] inputs of the device step (`jgem.algos.step`): tokens, positions,
-    segment_ids, loss_mask, old_logprobs and value_mask; `placement[s] = (row, start, length)` of segment s (in
-    `segments` order); `metrics`: padding fraction, shape and token counts.
+    segment_ids, loss_mask, old_logprobs, value_mask and adapter_ids (each token's episode's policy, 0 on padding);
+    `placement[s] = (row, start, length)` of segment s (in `segments` order); `metrics`: padding fraction, shape
+    and token counts.
     `token_episode[B, T]` / `token_turn[B, T]` (i32, -1 elsewhere): the episode index and turn of every action
     token and value position, with which the device step (`jgem.algos.step`) puts turn-level `[E, K]` arrays onto
     tokens and sums tokens into them."""
@@ -215,6 +216,7 @@ def build_batch(
     }
     token_episode = np.full((B, T), -1, np.int32)
     token_turn = np.full((B, T), -1, np.int32)
+    adapter_ids = np.zeros((B, T), np.int32)
     next_id = np.ones(B, np.int32)
     # number segments left to right within each row
     for i in sorted(range(len(segments)), key=lambda i: where[i]):
@@ -227,9 +229,11 @@ def build_batch(
         for name in out:
             out[name][r, s : s + n] = getattr(seg, name)
         token_turn[r, s : s + n] = seg.turn_of
+        adapter_ids[r, s : s + n] = episodes[seg.episode].policy
         token_episode[r, s : s + n] = np.where(seg.turn_of >= 0, seg.episode, -1)
 
     arrays = {"tokens": tokens, "positions": positions, "segment_ids": segment_ids} | out
+    arrays["adapter_ids"] = adapter_ids
     real = int(sum(lengths))
     metrics = {
         "batch/rows": float(B),

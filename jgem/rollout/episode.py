@@ -99,6 +99,8 @@ class Episode:
     # the policy version its game's other seats were drawn to play (an opponent pool's draw; for a draw of the current
     # policy, the version the game started at, which then follows the run's)
     opponent: int | None = None
+    # the policy that played it: its LoRA adapter, in a model with several (`--rollout.policies`; 0 otherwise)
+    policy: int = 0
 
     def __post_init__(self) -> None:
         if self.next_prompt is not None:
@@ -160,8 +162,8 @@ class Episode:
 def turn_arrays(
     episodes: list[Episode], *, num_turns: int | None = None, num_rows: int | None = None
 ) -> dict[str, np.ndarray]:
-    """Turn-level arrays for the advantage estimators: rewards f32[E, K], turn_mask bool[E, K], group_ids i32[E]
-    and role_ids i32[E] (a critic's values come from the device step, `jgem.algos.step`).
+    """Turn-level arrays for the advantage estimators: rewards f32[E, K], turn_mask bool[E, K], group_ids i32[E],
+    role_ids i32[E] and policy_ids i32[E] (a critic's values come from the device step, `jgem.algos.step`).
 
     `num_turns` / `num_rows` pad K / E to fixed sizes (padded entries are masked out) so the jitted
     estimators compile once per shape.
@@ -177,12 +179,20 @@ def turn_arrays(
     mask = np.zeros((E, K), bool)
     group_ids = np.full((E,), -1, np.int32)
     role_ids = np.zeros((E,), np.int32)
+    policy_ids = np.zeros((E,), np.int32)
     for i, e in enumerate(episodes):
         rewards[i, : e.num_turns] = e.rewards
         mask[i, : e.num_turns] = True
         group_ids[i] = e.group_id
         role_ids[i] = e.role
+        policy_ids[i] = e.policy
     # padded rows get unique negative groups so they never join a real group
     pad = np.arange(len(episodes), E)
     group_ids[pad] = -1 - pad
-    return {"rewards": rewards, "turn_mask": mask, "group_ids": group_ids, "role_ids": role_ids}
+    return {
+        "rewards": rewards,
+        "turn_mask": mask,
+        "group_ids": group_ids,
+        "role_ids": role_ids,
+        "policy_ids": policy_ids,
+    }

@@ -156,6 +156,8 @@ class Learner:
         pad = lambda x, n, t, fill=0: np.pad(x, [(0, n - x.shape[0]), (0, t - x.shape[1])], constant_values=fill)
         names = ["tokens", "positions", "segment_ids", "loss_mask", "old_logprobs"]
         names += ["value_mask"] if critic else []
+        several = self.state.policies > 1  # each token's and each episode's policy (LoRA adapter)
+        names += ["adapter_ids"] if several else []
         host = {k: pad(packed.arrays[k], rows_, T_) for k in names}
         host["token_episode"] = pad(glob(packed.token_episode), rows_, T_, -1)
         host["token_turn"] = pad(packed.token_turn, rows_, T_, -1)
@@ -164,6 +166,8 @@ class Learner:
         if critic:
             host["bootstrap_episode"] = pad(glob(boot["key"]), rows_b, T_b, -1)
         host |= turn_arrays(episodes, num_turns=K, num_rows=E)
+        if not several:
+            del host["policy_ids"]
         metrics: dict[str, float] = dict(packed.metrics)
         if critic:
             metrics["rollout/bootstrapped"] = float(sum(e.next_prompt is not None for e in episodes))

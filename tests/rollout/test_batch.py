@@ -112,7 +112,7 @@ def test_turn_arrays_pad_and_mask():
     np.testing.assert_array_equal(t["rewards"], [[0, 1, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]])
     np.testing.assert_array_equal(t["turn_mask"], [[1, 1, 0], [1, 0, 0], [0, 0, 0], [0, 0, 0]])
     np.testing.assert_array_equal(t["group_ids"], [7, 7, -3, -4])
-    assert set(t) == {"rewards", "turn_mask", "group_ids", "role_ids"}
+    assert set(t) == {"rewards", "turn_mask", "group_ids", "role_ids", "policy_ids"}
     with pytest.raises(ValueError, match="longest episode"):
         turn_arrays([a], num_turns=1)
 
@@ -120,7 +120,8 @@ def test_turn_arrays_pad_and_mask():
 def test_two_episodes_chat_view_exact_arrays():
     p = build_batch(two_episodes(), view="chat", buckets=(16, 32), pad_id=99)
     arr = p.arrays
-    assert set(arr) == {"tokens", "positions", "segment_ids", "loss_mask", "old_logprobs", "value_mask"}
+    assert set(arr) == {"tokens", "positions", "segment_ids", "loss_mask", "old_logprobs", "value_mask", "adapter_ids"}
+    assert not arr["adapter_ids"].any()  # both episodes are policy 0's
     assert arr["tokens"].shape == (1, 16)
     np.testing.assert_array_equal(arr["tokens"][0], [1, 2, 3, 10, 11, 4, 5, 12, 6, 7, 13, 14, 15, 99, 99, 99])
     np.testing.assert_array_equal(arr["positions"][0], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 0, 0, 0])
