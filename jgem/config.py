@@ -162,13 +162,12 @@ class ModelSpec:
     fine-tuning"""
 
     def errors(self, name: FieldName = str) -> list[str]:
-        """A checkpoint or tokenizer directory that is not there; several LoRA adapters (policies), which the model and
-        the rollout engine hold but the learner does not train yet."""
+        """A checkpoint or tokenizer directory that is not there; several LoRA adapters (policies) without LoRA."""
         errors = []
-        if self.lora.adapters > 1:
+        if self.lora.adapters > 1 and not self.lora.rank:
             errors.append(
-                f"{name('lora.adapters')} {self.lora.adapters}: several policies on one base are in the model and the "
-                "rollout engine, but the learner does not train them yet (docs/models.md); use 1"
+                f"{name('lora.adapters')} {self.lora.adapters}: several policies are LoRA adapters on one base; set "
+                f"{name('lora.rank')} (e.g. 16)"
             )
         if self.path is not None and not (Path(self.path) / "config.json").is_file():
             errors.append(f"{name('path')} {self.path!r} is not a local HF checkpoint directory (no config.json there)")
@@ -637,7 +636,7 @@ def validate(cfg: TrainConfig, num_devices: int) -> None:
     errors += cfg.warm_start.errors(cfg.env, _under("warm_start", f)) + cfg.model.errors(_under("model", f))
     errors += _step_errors(cfg, algorithm, f) + cfg.pipeline.errors(_under("pipeline", f))
     errors += cfg.rollout.errors(_under("rollout", f)) + _learner_errors(cfg, f) + range_errors(cfg, f)
-    errors += _mesh_errors(cfg, num_devices, f) + _workflow_errors(cfg, f)
+    errors += _mesh_errors(cfg, num_devices, f) + _workflow_errors(cfg, f) + _policies_errors(cfg, algorithm, f)
     if errors:
         raise ConfigError(errors)
 
@@ -680,6 +679,34 @@ def _workflow_errors(cfg: TrainConfig, name: FieldName) -> list[str]:
             else:
                 flag = name("rollout.eval_opponent")
                 errors += seat_errors(env_id, agents, judge, "alternate", 1, flag, evaluation=True)
+    return errors
+
+
+def _policies_errors(cfg: TrainConfig, algorithm: Algorithm | None, name: FieldName) -> list[str]:
+    """Several policies (LoRA adapters on one base): one adapter per entry of rollout.policies, a multi-agent game
+    whose every seat one entry names, no critic (it is one model; the policies are several)."""
+    lora, policies = cfg.model.lora, cfg.rollout.policies
+    adapters = lora.adapters if lora.rank else 1
+    if not policies and adapters == 1:
+        return []
+    flag = f"{name('rollout.policies')} {' '.join(policies) or '(none)'}"
+    errors = []
+    if len(policies) != adapters:
+        errors.append(
+            f"{flag} names {len(policies)} policies and {name('model.lora.adapters')} is {lora.adapters}: one LoRA "
+            f"adapter per policy (each entry the seats of one policy)"
+        )
+    if cfg.rollout.workflow != "agents":
+        errors.append(f"{flag} maps a multi-agent game's seats to policies: it needs {name('rollout.workflow')} agents")
+    elif policies and (agents := agent_seats(cfg.env)):
+        from jgem.rollout.workflows.agents import policy_errors
+
+        errors += policy_errors(policies, agents, flag)
+    if algorithm is not None and algorithm.critic:
+        errors.append(
+            f"{flag}: {cfg.algorithm} trains a critic, which is one model while the policies are several; use an "
+            "estimator without one (rebn, rae, grpo, rloo, reinforce_pp)"
+        )
     return errors
 
 

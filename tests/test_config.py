@@ -44,9 +44,12 @@ ROOT = Path(__file__).resolve().parents[1]
             r"warm_start.teacher 'scan' is not a teacher of 'game:GuessTheNumber-v0-easy'; choose from solver, uniform",
         ),
         (
-            {"model": {"lora": LoraConfig(rank=4, adapters=2)}},
-            r"model.lora.adapters 2: several policies on one base are in the model and the rollout engine, but the "
-            r"learner does not train them yet",
+            {"model": {"lora": LoraConfig(rank=0, adapters=2)}},
+            r"model.lora.adapters 2: several policies are LoRA adapters on one base; set model.lora.rank",
+        ),
+        (
+            {"model": {"lora": LoraConfig(rank=4, adapters=2)}, "rollout": {"policies": ("a", "b")}},
+            r"rollout.policies a b maps a multi-agent game's seats to policies: it needs rollout.workflow agents",
         ),
     ],
 )

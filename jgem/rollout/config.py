@@ -81,6 +81,10 @@ class RolloutConfig:
     # the scripted player evaluations play against (at alternating seats), whatever `opponent` trains against; "":
     # the game's first player (its module's PLAYERS)
     eval_opponent: str = ""
+    # several trainable policies in one run (workflow "agents"), each a LoRA adapter on one base model
+    # (--model.lora.adapters, one per policy): entry p names policy p's seats (comma-separated agent names of the
+    # game), every seat in one entry; (): one policy plays every seat
+    policies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.view not in VIEWS:

@@ -794,7 +794,9 @@ class RolloutEngine:
             if stopped or len(ep.action) >= ep.limit:
                 self.stats.truncated_actions += not stopped
                 ep.phase, ep.share, ep.draws = "env", False, ep.draws + 1
-                action = Generation(ep.action, ep.logprobs, ep.versions, stopped, ep.prompt_len, ep.segment)
+                action = Generation(
+                    ep.action, ep.logprobs, ep.versions, stopped, ep.prompt_len, ep.segment, adapter=ep.adapter
+                )
                 task, ep.waiter = ep.waiter, None
                 ended.append((task, action))
         for task, action in ended:

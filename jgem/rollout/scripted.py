@@ -124,12 +124,14 @@ def scripted_agent_episodes(
     teacher: str = "solver",
     seed: int = 0,
     env_kwargs: dict | None = None,
+    policies: Sequence[str] = (),
 ) -> list[Episode]:
     """Multi-agent games played by the game's scripted `teacher` (a name in its module's `PLAYERS`; "solver": the
     first) at every seat; spec k is one game, and its episode is the turns of seat k mod the seats, rendered as the
     `agents` workflow renders a seat's conversation (its first observation, then per action the observations since
-    its last one as one message). With probability `epsilon` a teacher's move is a random legal one."""
-    from jgem.rollout.workflows.agents import player_for, players_of, seat_errors, seat_message
+    its last one as one message). With probability `epsilon` a teacher's move is a random legal one. `policies`
+    (rollout.policies): the policy (LoRA adapter) each seat's episodes train, with several."""
+    from jgem.rollout.workflows.agents import player_for, players_of, seat_errors, seat_message, seat_policies
 
     if view not in ("chat", "chat_per_turn"):
         raise ValueError(f"multi-agent games render chat views only, not {view!r}")
@@ -207,6 +209,7 @@ def scripted_agent_episodes(
             stream=None if stream is None else np.asarray(stream, np.int32),
             role=agents.index(me),
             outcome=last_info.get("outcome"),
+            policy=seat_policies(policies).get(me, 0),
         )
         episodes.append(episode)
     env.close()

@@ -145,7 +145,8 @@ class Stream:
 @dataclass
 class Generation:
     """One sampled action: its token ids, each token's behaviour log-prob and policy version, whether it ended with a
-    stop token (False: cut at its token limit), and where it starts in its stream's segment."""
+    stop token (False: cut at its token limit), where it starts in its stream's segment, and the LoRA adapter
+    (policy) that sampled it (a model with several)."""
 
     ids: list[int]
     logprobs: list[float]
@@ -153,6 +154,7 @@ class Generation:
     stopped: bool
     prompt_len: int
     segment: StreamSegment
+    adapter: int = 0
 
     @property
     def prompt(self) -> np.ndarray:
@@ -215,6 +217,12 @@ class Trajectory:
         if self.turns and not self.own_prompts and self._one_stream():
             last = self.turns[-1].action
             stream = np.asarray(last.segment.tokens[: last.prompt_len + len(last.ids)], np.int32)
+        policies = sorted({t.action.adapter for t in self.turns})
+        if len(policies) > 1:
+            raise ValueError(
+                f"episode {s.episode_id}: its turns were sampled by policies (LoRA adapters) {policies}; an episode "
+                "trains one policy: give each policy's turns a trajectory of their own"
+            )
         transitions = []
         for k, t in enumerate(self.turns):
             a = t.action
@@ -252,6 +260,7 @@ class Trajectory:
             role=self.role,
             outcome=self.outcome,
             opponent=self.opponent,
+            policy=policies[0] if policies else 0,
         )
 
     def _one_stream(self) -> bool:

@@ -59,7 +59,7 @@ class Teacher:
             env_kwargs=dict(cfg.env.env_kwargs),
         )
         if self.multiagent:  # the game's players at every seat (no system prompt or tools: refused in the config)
-            return scripted_agent_episodes(cfg.env.env_id, specs, self.chat, **common)
+            return scripted_agent_episodes(cfg.env.env_id, specs, self.chat, policies=cfg.rollout.policies, **common)
         return scripted_episodes(
             cfg.env.env_id,
             specs,

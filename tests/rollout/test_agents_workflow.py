@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from jgem.envs.pool import EnvPool
+from jgem.models.config import LoraConfig
 from jgem.models.tokenizer import ChatFormat, load_tokenizer
 from jgem.registry import register
 from jgem.rollout.config import RolloutConfig
@@ -170,6 +171,50 @@ def test_a_self_play_run_trains_a_step_with_rae_and_evaluates_against_the_script
         with pytest.raises(SystemExit):
             main([str(tmp_path / "run"), *argv])
         assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("pipeline", ["sync", "off_policy", "async", "stream"])
+def test_two_policies_each_train_on_their_own_seats_episodes(tmp_path, pipeline):
+    """--rollout.policies a b with two LoRA adapters: each seat is sampled with its policy's adapter, each policy's
+    loss counts only its own tokens, and each adapter moves; a warm start teaches each its own seat."""
+    import json
+
+    from jgem.train import Trainer
+    from tests.train_utils import small_config
+
+    cfg = small_config(
+        str(tmp_path / "run"),
+        steps=2,
+        algorithm="rae",
+        group_size=2,
+        episodes_per_step=4,
+        env={"env_id": "test:secrets", "num_envs": 4, "imports": ("tests.rollout.envs",)},
+        model={"lora": LoraConfig(rank=4, alpha=8.0, adapters=2)},
+        rollout={"workflow": "agents", "policies": ("a", "b"), "eval_opponent": "echo"},
+        warm_start={"steps": 1, "episodes_per_step": 4, "teacher": "echo"},
+        pipeline={"mode": pipeline},
+        learner={"lr": 1e-2},
+    )
+    trainer = Trainer(cfg)
+    played = {True: [], False: []}  # the episodes each update trains on: the warm start's, RL's
+    learn = trainer.learner.learn
+
+    def spy(episodes, **kwargs):
+        played[kwargs.get("sft", False)].extend(episodes)
+        return learn(episodes, **kwargs)
+
+    trainer.learner.learn = spy
+    initial = jax.tree.map(np.asarray, trainer.learner.state.params)
+    trainer.run()
+    final = jax.tree.map(np.asarray, trainer.learner.state.params)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "train/loss" in r and r["step"] > 0]
+    assert len(train) == 2 and all(r["policy0/tokens"] > 0 and r["policy1/tokens"] > 0 for r in train)
+    for episodes in played.values():  # seat a is policy 0's, seat b policy 1's, in the warm start and in RL
+        assert {(e.role, e.policy) for e in episodes} == {(0, 0), (1, 1)}
+    for a, b in zip(jax.tree.leaves(initial), jax.tree.leaves(final)):
+        if a.shape[0] == 2 and np.abs(a).sum():  # every adapter with a nonzero factor moved, each its own way
+            assert not np.allclose(a[0], b[0]) and not np.allclose(a[1], b[1])
 
 
 def test_a_frozen_policy_version_plays_the_other_seats_with_its_own_model(setup):
@@ -433,6 +478,35 @@ def test_an_opponent_pool_plays_past_versions_and_a_resume_restores_them_exactly
                 warm_start={"steps": 1, "teacher": "random_listener"},
             ),
             r"warm_start.teacher 'random_listener' of multi:ReferenceGame-v0-easy plays seats \['listener'\]",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-easy"},
+                model={"lora": LoraConfig(rank=4, adapters=2)},
+                rollout={"workflow": "agents"},
+                group_size=2,
+            ),
+            r"rollout.policies \(none\) names 0 policies and model.lora.adapters is 2: one LoRA adapter per policy",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-easy"},
+                model={"lora": LoraConfig(rank=4, adapters=2)},
+                rollout={"workflow": "agents", "policies": ("x", "z,x")},
+                group_size=2,
+            ),
+            r"(?s)rollout.policies x z,x: \['z'\] are not seats of the game: \['x', 'o'\].*\['x'\] are named by more "
+            r"than one policy.*no policy plays \['o'\]",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-easy"},
+                model={"lora": LoraConfig(rank=4, adapters=2)},
+                rollout={"workflow": "agents", "policies": ("x", "o")},
+                group_size=2,
+                algorithm="ppo",
+            ),
+            "rollout.policies x o: ppo trains a critic, which is one model while the policies are several",
         ),
     ],
 )

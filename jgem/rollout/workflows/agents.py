@@ -69,6 +69,7 @@ class Seat:
     waiting: list[str] = field(default_factory=list)
     version: int | None = None  # a frozen policy version's seat: its stream is pinned to it
     trained: bool = True  # the policy's seat, which trains (a frozen opponent's actions are only played)
+    policy: int = 0  # the policy (LoRA adapter) that plays the seat, with several (`rollout.policies`)
 
 
 class Agents(Workflow):
@@ -109,6 +110,7 @@ class Agents(Workflow):
         opponent, flag = _opponent(ctx)
         seat = "alternate" if ctx.evaluating else cfg.seat
         errors = seat_errors(ctx.env_name, agents, opponent, seat, len(specs), flag, evaluation=ctx.evaluating)
+        errors += policy_errors(cfg.policies, agents, f"rollout.policies {' '.join(cfg.policies)}")
         if errors:
             raise ValueError("; ".join(errors))
         if opponent == "self":
@@ -236,7 +238,8 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
     cfg = ctx.cfg
     spec0 = next(iter(game.values()))
     r = first if first is not None else AgentsStep.unpack(await ctx.reset(env, spec0.seed))
-    seats = {a: Seat(a, ctx.trajectory(s)) for a, s in game.items()}
+    policy = seat_policies(cfg.policies)
+    seats = {a: Seat(a, ctx.trajectory(s), policy=policy.get(a, 0)) for a, s in game.items()}
     if r.fault is not None:
         return [_faulted(s.traj, r.fault) for s in seats.values()]
     agents = list(r.observations)
@@ -249,7 +252,11 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
         version = _draw(ctx, spec0) if opponent == POOL else int(opponent[len(POLICY) :])
         if version is not None:
             ctx.hold(version)  # kept for this game from now: its seats' streams open at their first actions
-        frozen = {a: Seat(a, ctx.trajectory(spec0), version=version, trained=False) for a in agents if a not in seats}
+        frozen = {
+            a: Seat(a, ctx.trajectory(spec0), version=version, trained=False, policy=policy.get(a, 0))
+            for a in agents
+            if a not in seats
+        }
         for s in seats.values():
             s.traj.opponent = ctx.version if version is None else version
     elif opponent != "self":
@@ -308,6 +315,26 @@ async def _game(ctx: Context, env: int, game: dict[str, Any], first: AgentsStep 
     return [s.traj for s in seats.values()]
 
 
+def seat_policies(policies: Sequence[str]) -> dict[str, int]:
+    """Each seat's policy (LoRA adapter) from `rollout.policies`: entry p lists policy p's seats, comma-separated;
+    none: every seat is policy 0's."""
+    return {a.strip(): p for p, entry in enumerate(policies) for a in entry.split(",")}
+
+
+def policy_errors(policies: Sequence[str], agents: list[str], flag: str) -> list[str]:
+    """What keeps `policies` (rollout.policies) from giving each of the game's seats `agents` one policy."""
+    if not policies:
+        return []
+    named = [a.strip() for entry in policies for a in entry.split(",")]
+    unknown = sorted({a for a in named if a not in agents})
+    twice = sorted({a for a in named if named.count(a) > 1})
+    missing = [a for a in agents if a not in named]
+    out = [f"{flag}: {unknown} are not seats of the game: {agents}"] * bool(unknown)
+    out += [f"{flag}: {twice} are named by more than one policy"] * bool(twice)
+    out += [f"{flag}: no policy plays {missing}; name every seat of {agents} once"] * bool(missing)
+    return out
+
+
 def _draw(ctx: Context, spec: Any) -> int | None:
     """The opponent pool's draw for the game of `spec`: a version of `pool_versions` (uniform), or None (the current
     policy, with probability rollout.pool_latest); seeded by the spec and the version the game starts at."""
@@ -338,7 +365,7 @@ def _show(ctx: Context, s: Seat) -> None:
                 f"{len(tokens)} tokens, which leaves no room for --rollout.max-new-tokens {cfg.max_new_tokens} within "
                 f"--rollout.max-episode-tokens {cfg.max_episode_tokens}; raise the latter"
             )
-        s.stream = ctx.open(tokens, episode_id=s.traj.spec.episode_id, version=s.version)
+        s.stream = ctx.open(tokens, episode_id=s.traj.spec.episode_id, version=s.version, adapter=s.policy)
         return
     if not s.waiting:
         return
