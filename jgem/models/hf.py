@@ -332,17 +332,19 @@ def save_pretrained(
     *,
     max_shard_bytes: int | None = None,
     dtype: str | None = None,
+    adapter: int | None = None,
 ) -> list[str]:
     """Writes config.json + safetensors that transformers loads; shards into several files plus
     model.safetensors.index.json when the weights exceed `max_shard_bytes`. Returns the files written.
 
     dtype (e.g. "bfloat16") converts the saved weights; default keeps the param dtype. LoRA adapters are merged
-    into their projections (`jgem.models.lora.merged`): the checkpoint is a plain model of the same shapes.
+    into their projections (`jgem.models.lora.merged`): the checkpoint is a plain model of the same shapes; of a
+    model with several (one per policy), `adapter`'s.
     """
     path = os.fspath(path)
     os.makedirs(path, exist_ok=True)
     tensors: dict[str, np.ndarray] = {}
-    for p, var in nnx.to_flat_state(nnx.state(merged(model), nnx.Param)):
+    for p, var in nnx.to_flat_state(nnx.state(merged(model, adapter), nnx.Param)):
         key, layout = _jgem_to_hf_key(_path_str(p))
         arr = np.asarray(jax.device_get(var[...]))
         if dtype is not None:

@@ -30,11 +30,12 @@ def generate(
     *,
     max_new_tokens: int,
     sampling: Sampling | None = None,
+    adapters: Sequence[int] | None = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per prompt: (tokens int32[n], behaviour log-probs f32[n]), n <= max_new_tokens, a stop token (the engine's
     `eos_ids`) included. Prompt i's draws are keyed as episode i, turn 0 of a rollout with run key `key`, so they
     do not depend on the other prompts; `sampling` defaults to `Sampling()` (temperature 1). Overwrites slots
-    0 .. len(prompts) - 1."""
+    0 .. len(prompts) - 1. `adapters`: prompt i's LoRA adapter (policy), for a model with several (default 0)."""
     n = len(prompts)
     if not 1 <= n <= engine.num_local_slots:
         raise ValueError(f"{n} prompts for an engine of {engine.num_local_slots} slots; give 1 to that many")
@@ -46,6 +47,10 @@ def generate(
                 f"prompt {i} has {len(p)} tokens; with max_new_tokens {max_new_tokens} a slot of {engine.max_len} "
                 f"takes 1 to {engine.max_len - max_new_tokens}"
             )
+    if adapters is not None and len(adapters) != n:
+        raise ValueError(f"{len(adapters)} adapters for {n} prompts; give one per prompt")
+    for i, a in enumerate(adapters or [0] * n):
+        engine.set_adapter(i, int(a))
     model = nnx.split(model) if isinstance(model, nnx.Module) else model
     sampling = Sampling() if sampling is None else sampling
     prompts = [list(map(int, p)) for p in prompts]

@@ -5,6 +5,7 @@ trainer step; the scripted players' warm-start games rendered as the workflow re
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -215,6 +216,29 @@ def test_two_policies_each_train_on_their_own_seats_episodes(tmp_path, pipeline)
     for a, b in zip(jax.tree.leaves(initial), jax.tree.leaves(final)):
         if a.shape[0] == 2 and np.abs(a).sum():  # every adapter with a nonzero factor moved, each its own way
             assert not np.allclose(a[0], b[0]) and not np.allclose(a[1], b[1])
+    if pipeline == "sync":  # export: one HF model per policy, each with its own adapter merged
+        _check_policy_export(trainer, tmp_path / "hf")
+
+
+def _check_policy_export(trainer, out):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from experiments import export as export_cli
+
+    files = export_cli.main([trainer.cfg.run_dir, "--out", str(out)])
+    assert {"policy0/model.safetensors", "policy1/model.safetensors"} <= set(files)
+    ids = np.random.default_rng(0).integers(3, trainer.model_cfg.vocab_size, (1, 12)).astype(np.int32)
+    pos = np.arange(12, dtype=np.int32)[None]
+    model = trainer.state.model()
+    ours = [np.asarray(nnx.jit(lambda m, p: m(ids, pos, adapter_ids=p)[0])(model, jnp.full((1,), p))) for p in (0, 1)]
+    assert np.abs(ours[0] - ours[1]).max() > 1e-4  # the policies differ, so each export's adapter is checked
+    for p in (0, 1):
+        with torch.no_grad():
+            hf = AutoModelForCausalLM.from_pretrained(out / f"policy{p}").eval()(torch.tensor(ids, dtype=torch.long))
+        np.testing.assert_allclose(hf.logits.float().numpy(), ours[p], atol=1e-4, rtol=1e-4, err_msg=f"policy {p}")
+    export_cli.main([trainer.cfg.run_dir, "--out", str(out / "one"), "--adapter", "1"])
+    assert (out / "one" / "model.safetensors").read_bytes() == (out / "policy1" / "model.safetensors").read_bytes()
 
 
 def test_a_frozen_policy_version_plays_the_other_seats_with_its_own_model(setup):

@@ -142,3 +142,14 @@ def test_slots_of_different_policies_decode_in_one_chunk_exactly_as_each_policy_
         assert got[0][s] == alone[p][0][s] and len(got[0][s]) == 8
         np.testing.assert_array_equal(got[1][s], alone[p][1][s])
     assert len({str(alone[p][0]) for p in range(3)}) == 3  # the policies sample differently
+    # `generate` takes each prompt's adapter: the mixed batch samples what each policy alone samples there
+    from jgem.rollout.generate import generate
+
+    eng = SlotEngine(cfg, num_slots=6, max_len=64, eos_ids=[-5], chunk_steps=4)
+    prompts = [[5 + s, 6, 7, 8] for s in range(6)]
+    run = lambda adapters: generate(eng, split, prompts, jax.random.key(3), max_new_tokens=8, adapters=adapters)
+    out, each = run(mixed), {p: run([p] * 6) for p in range(3)}
+    for s, p in enumerate(mixed):
+        assert out[s][0].tolist() == each[p][s][0].tolist()
+        np.testing.assert_array_equal(out[s][1], each[p][s][1])
+    assert len({str([t.tolist() for t, _ in each[p]]) for p in range(3)}) == 3
