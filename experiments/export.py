@@ -34,9 +34,9 @@ def export(path: str | Path, out: str | Path, *, dtype: str | None = None, adapt
         outs = {p: Path(out) / f"policy{p}" for p in range(policies)}
     else:
         outs = {adapter if policies > 1 else None: Path(out)}
-    tokenizer = load_tokenizer(cfg.tokenizer_path or cfg.path)
     files = []
     try:
+        tokenizer = load_tokenizer(cfg.tokenizer_path or cfg.path)
         model = run.state.model()
         for p, where in outs.items():
             written = save_pretrained(model, run.model_cfg, where, dtype=dtype, adapter=p)

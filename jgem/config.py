@@ -702,6 +702,12 @@ def _policies_errors(cfg: TrainConfig, algorithm: Algorithm | None, name: FieldN
         from jgem.rollout.workflows.agents import policy_errors
 
         errors += policy_errors(policies, agents, flag)
+    r = cfg.rollout
+    if policies and r.opponent != "self" and r.seat != "alternate":
+        errors.append(
+            f"{flag}: with {name('rollout.seat')} {r.seat} only the policy of seat {r.seat} plays (the others are "
+            f"{r.opponent}'s) and the rest never train; use {name('rollout.seat')} alternate or self-play"
+        )
     if algorithm is not None and algorithm.critic:
         errors.append(
             f"{flag}: {cfg.algorithm} trains a critic, which is one model while the policies are several; use an "

@@ -40,6 +40,13 @@ def test_a_group_has_signal_when_its_discounted_returns_differ():
     # a faulted episode is not trained on (the learner drops it), so it gives no signal; nor does a lone episode
     assert not has_signal([_episode(0, 0, [1.0]), _episode(1, 0, [0.0], fault="boom")], 1.0)
     assert not has_signal([_episode(0, 0, [1.0])], 1.0)
+    # several policies: each policy's estimator groups its own episodes, so returns must differ within a policy's
+    a, b = _episode(0, 0, [1.0]), _episode(1, 0, [0.0])
+    b.policy = 1
+    assert not has_signal([a, b], 1.0)
+    c = _episode(2, 0, [0.5])
+    c.policy = 1
+    assert has_signal([a, b, c], 1.0)
 
 
 def test_the_filter_keeps_whole_groups_in_order_up_to_its_target():

@@ -104,7 +104,7 @@ def make_schedule(cfg: LearnerConfig, lr: float) -> optax.Schedule:
 
 def make_optimizer(cfg: LearnerConfig, *, critic: bool = False, policies: int = 1) -> optax.GradientTransformation:
     """AdamW (decay on >= 2-d params only) behind global-norm clipping; with several `policies` (LoRA adapters
-    stacked on every trained leaf's first axis), each policy's gradient clipped by its own norm."""
+    stacked on every trained leaf's first axis), that optimizer for each policy apart (`per_policy`)."""
     lr, max_norm = (cfg.critic_lr, cfg.critic_max_grad_norm) if critic else (cfg.lr, cfg.max_grad_norm)
     adamw = optax.adamw(
         make_schedule(cfg, lr),
@@ -114,10 +114,15 @@ def make_optimizer(cfg: LearnerConfig, *, critic: bool = False, policies: int = 
         weight_decay=cfg.weight_decay,
         mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p),
     )
-    if max_norm is None:
-        return adamw
-    clip = clip_by_policy_norm(max_norm) if policies > 1 else optax.clip_by_global_norm(max_norm)
-    return optax.chain(clip, adamw)
+    tx = adamw if max_norm is None else optax.chain(optax.clip_by_global_norm(max_norm), adamw)
+    return tx if policies == 1 else per_policy(tx)
+
+
+def per_policy(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+    """`tx` run for each policy apart, vmapped over the first axis of every leaf (the policies, stacked): each
+    policy's gradient clipped by its own norm, its own moments and its own step count (bias correction, schedule),
+    so a policy that sat a step out takes its next one as a policy training alone would."""
+    return optax.GradientTransformation(jax.vmap(tx.init), jax.vmap(tx.update))
 
 
 def policy_norms(tree: Any) -> jax.Array:
@@ -130,21 +135,6 @@ def policy_norms(tree: Any) -> jax.Array:
 def _per_policy(v: jax.Array, x: jax.Array) -> jax.Array:
     """v[P] shaped to broadcast against x[P, ...]."""
     return v.reshape((-1,) + (1,) * (x.ndim - 1))
-
-
-def clip_by_policy_norm(max_norm: float) -> optax.GradientTransformation:
-    """`optax.clip_by_global_norm` applied to each policy's gradient apart (leaves stacked [P, ...]): a policy's
-    update does not shrink because another's gradient is large, and each is clipped as if it trained alone."""
-
-    def update(updates, state, params=None):
-        del params
-        norms = policy_norms(updates)
-        clip = lambda g: jnp.where(
-            _per_policy(norms < max_norm, g), g, (g / _per_policy(norms, g).astype(g.dtype)) * max_norm
-        )
-        return jax.tree.map(clip, updates), state
-
-    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
 def init_train_state(
@@ -401,8 +391,9 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
     keep = None  # with several policies: which policies' params and moments this step updates
     if state.policies > 1:
         losses_p, norms = acc["m"]["policy_loss"] / d, policy_norms(grads)
-        # a policy without tokens here keeps its params and moments (AdamW would still move them); a policy whose
-        # gradient is not finite is skipped alone (a NaN adapter would poison every token's forward)
+        # a policy without tokens here keeps its params, moments and step count (AdamW would still move them); a
+        # non-finite gradient skips the policies it reaches (through the shared loss sum and the adapters' one-hot
+        # selection, in practice every one: a NaN adapter would poison every token's forward)
         keep = jnp.isfinite(norms) & (acc["m"]["policy_tokens"] > 0)
         finite = jnp.isfinite(norms).all()
         metrics["loss"] = losses_p.sum()
@@ -430,9 +421,8 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
     # non-finite guard: a step with inf/nan gradients leaves params and optimizer state untouched
     if keep is None:
         kept = _where_tree(finite, new, old)
-    else:  # per policy: every non-scalar leaf stacks the policies first; the scalars (step counts) move with any
-        pick = lambda x, y: jnp.where(keep.any() if x.ndim == 0 else _per_policy(keep, x), x, y)
-        kept = jax.tree.map(pick, new, old)
+    else:  # per policy: every leaf (params, moments, step counts) stacks the policies first
+        kept = jax.tree.map(lambda x, y: jnp.where(_per_policy(keep, x), x, y), new, old)
     kept = constrain_tree(kept, mesh, rules)
     metrics["skipped"] = (~finite).astype(jnp.float32)
     return state.replace(**kept), metrics
@@ -500,6 +490,7 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
     # a skipped step's metrics are inf/nan: average the applied steps (nan if none), count the skipped
     applied = metrics["skipped"] == 0
     n_applied = applied.sum()
+    policy = {k: metrics.pop(k) for k in list(metrics) if k.startswith("policy")}
     metrics = {
         k: (
             v.sum()
@@ -508,6 +499,14 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
         )
         for k, v in metrics.items()
     }
+    for p in range(state.policies if policy else 0):  # each policy's over the optimizer steps it took part in
+        tokens = policy[f"policy{p}/tokens"]
+        took = (tokens > 0) & applied
+        n = took.sum()
+        for name in ("loss", "grad_norm"):
+            v = policy[f"policy{p}/{name}"]
+            metrics[f"policy{p}/{name}"] = jnp.where(n > 0, jnp.where(took, v, 0.0).sum() / jnp.maximum(n, 1), jnp.nan)
+        metrics[f"policy{p}/tokens"] = tokens.sum() / cfg.epochs  # the batch's, counted once
     metrics |= first | corrected
     m = packed.loss_mask
     adv = packed.advantages
@@ -518,7 +517,7 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
         adv_std=jnp.sqrt(jnp.where(m, jnp.square(adv - adv_mean), 0.0).sum() / cnt),
         adv_min=jnp.where(m, adv, jnp.inf).min(),
         adv_max=jnp.where(m, adv, -jnp.inf).max(),
-        lr=make_schedule(cfg, cfg.lr)(_opt_count(state.opt_state)),
+        lr=make_schedule(cfg, cfg.lr)(jnp.max(_opt_count(state.opt_state))),  # several policies: the furthest
     )
     state = state.replace(step=state.step + 1, rng=jax.random.key_data(rng))
     return state, metrics

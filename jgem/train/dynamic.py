@@ -35,9 +35,13 @@ def episode_return(episode: Episode, gamma: float) -> np.float32:
 
 
 def has_signal(group: list[Episode], gamma: float) -> bool:
-    """Whether a group's returns differ (over its episodes the learner trains on: no fault, at least one turn)."""
-    returns = {float(episode_return(e, gamma)) for e in group if e.fault is None and e.num_turns > 0}
-    return len(returns) > 1
+    """Whether a group's returns differ (over its episodes the learner trains on: no fault, at least one turn); with
+    several policies, within one policy's episodes of it (each policy's estimator groups its own episodes)."""
+    returns: dict[int, set[float]] = {}
+    for e in group:
+        if e.fault is None and e.num_turns > 0:
+            returns.setdefault(e.policy, set()).add(float(episode_return(e, gamma)))
+    return any(len(r) > 1 for r in returns.values())
 
 
 def groups_of(episodes: list[Episode]) -> list[list[Episode]]:

@@ -1,7 +1,8 @@
 """Several policies as LoRA adapters on one base, in the learner: one step over a batch that mixes their episodes
 updates each adapter exactly as a run of that policy alone on its own episodes would (its advantages from its own
-episodes' statistics, its loss normalised by its own tokens, its gradient clipped by its own norm), and leaves a
-policy without episodes untouched (params and moments)."""
+episodes' statistics, its loss normalised by its own tokens, its gradient clipped by its own norm, its own Adam
+moments and step count), and leaves a policy without episodes untouched (params, moments, step count): its first
+update later is a policy's first update."""
 
 from __future__ import annotations
 
@@ -96,11 +97,26 @@ def test_one_step_updates_each_policy_as_its_own_episodes_alone_would(multi):
         for k, v in _adapters(alone).items():
             assert not np.allclose(v, before[k][p])  # it moved
             np.testing.assert_allclose(after[k][p], v, rtol=2e-5, atol=1e-7, err_msg=f"policy {p} {k}")
-    for k, v in before.items():  # policy 2 played nothing: its adapter and its moments stay as they were
+    for k, v in before.items():  # policy 2 played nothing: its adapter, moments and step count stay as they were
         np.testing.assert_array_equal(after[k][2], v[2])
-    moments = [x for x in jax.tree.leaves(state.opt_state) if x.ndim]
-    assert moments and all(not np.asarray(x)[2].any() for x in moments)
+    counts = [np.asarray(x) for x in jax.tree.leaves(state.opt_state) if np.issubdtype(x.dtype, np.integer)]
+    assert counts and all(c.shape == (POLICIES,) and c[2] == 0 and c[0] == c[1] == CFG.epochs for c in counts)
     assert float(metrics["policy2/tokens"]) == 0.0 and float(metrics["skipped"]) == 0.0
+    assert np.isnan(float(metrics["policy2/loss"])) and float(metrics["policy0/tokens"]) > 0
+
+    # the next step, policy 1's episodes played by policy 2 instead: policy 2's first update is that of a policy
+    # alone on them (its own step count: Adam's bias correction and the schedule start at its first step)
+    # (float32 noise on near-zero updates: ~3e-7; a shared step count would be off by ~1e-3)
+    for e in episodes:
+        e.policy = 2 if e.policy == 1 else e.policy
+    state, _ = train_step(state, _inputs(episodes, several=True), SPEC)
+    mine = [e for e in episodes if e.policy == 2]
+    for e in mine:
+        e.policy = 0
+    alone, _ = train_step(init_train_state(_alone(multi, 2), CFG), _inputs(mine, several=False), SPEC)
+    final = _adapters(state)
+    for k, v in _adapters(alone).items():
+        np.testing.assert_allclose(final[k][2], v, rtol=2e-5, atol=2e-6, err_msg=f"policy 2 {k}")
 
 
 def test_a_policy_state_refuses_a_critic_and_a_batch_without_adapter_ids(multi):

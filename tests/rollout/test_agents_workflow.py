@@ -216,8 +216,17 @@ def test_two_policies_each_train_on_their_own_seats_episodes(tmp_path, pipeline)
     for a, b in zip(jax.tree.leaves(initial), jax.tree.leaves(final)):
         if a.shape[0] == 2 and np.abs(a).sum():  # every adapter with a nonzero factor moved, each its own way
             assert not np.allclose(a[0], b[0]) and not np.allclose(a[1], b[1])
-    if pipeline == "sync":  # export: one HF model per policy, each with its own adapter merged
-        _check_policy_export(trainer, tmp_path / "hf")
+    if pipeline == "sync":
+        # the sampler sampled each seat with its policy's adapter: the learner's log-probs at the sampling params
+        # (the first minibatch's) are the sampler's (the adapters differ since the warm start: a wrong one shows)
+        assert all(r["train/logprob_diff_max"] < 1e-4 for r in train), [r["train/logprob_diff_max"] for r in train]
+        _check_policy_export(trainer, tmp_path / "hf")  # one HF model per policy, each with its own adapter merged
+        # one upload, one download: every policy's batch and metrics in the one step program
+        from tests.algo_step_trainers import guarded_learn
+
+        trainer.learner.learn = learn
+        metrics, counts = guarded_learn(trainer, played[False][-4:])
+        assert counts == {"upload": 1, "download": 1} and metrics["policy0/tokens"] > 0 < metrics["policy1/tokens"]
 
 
 def _check_policy_export(trainer, out):
@@ -531,6 +540,14 @@ def test_an_opponent_pool_plays_past_versions_and_a_resume_restores_them_exactly
                 algorithm="ppo",
             ),
             "rollout.policies x o: ppo trains a critic, which is one model while the policies are several",
+        ),
+        (
+            dict(
+                env={"env_id": "multi:TicTacToe-v0-easy"},
+                model={"lora": LoraConfig(rank=4, adapters=2)},
+                rollout={"workflow": "agents", "policies": ("x", "o"), "opponent": "random", "seat": "x"},
+            ),
+            "rollout.policies x o: with rollout.seat x only the policy of seat x plays",
         ),
     ],
 )
