@@ -582,3 +582,30 @@ def test_the_confirmatory_sweep_tests_its_three_hypotheses_with_holms_correction
     table = (tmp_path / "confirm.md").read_text()
     assert "| H1 gamma 0.9 vs 1.0, turns | eval/turns | 4 | -0.375 [" in table and "| yes |" in table
     assert "| H2 ReBN vs REINFORCE, success | 14 | 0.6400 | - |" in table
+
+
+def test_the_two_policy_sweep_compares_each_seat_with_its_warm_start(tmp_path):
+    """experiments.ablations.two_policies's table from evaluations written by hand (no run launched): per seat the
+    warm start's win rate there, its policy's after RL, and the difference with Newcombe's interval; improved only
+    where the interval lies above 0."""
+    from experiments.ablations.power import newcombe
+    from experiments.ablations.two_policies import VARIANT, build_runs, seats
+
+    lora = ["--model.lora.adapters", "2", "--rollout.policies", "player_0", "player_1"]
+    runs = build_runs([201], tmp_path, ["--steps", "30"], [], lora=lora)
+    assert [(r.variant, r.seed) for r in runs] == [("warm-start", 201), (VARIANT, 201)]
+    assert "--model.lora.adapters" in runs[1].argv("p") and "--model.lora.adapters" not in runs[0].argv("p")
+    row = lambda wins, games: {"wins": wins, "games": games, "win_rate": wins / games}
+    evals = {
+        "warm-seed201": ("step 0", {"player_0": row(400, 1024), "player_1": row(450, 1024)}),
+        f"{VARIANT}-seed201": ("step 30", {"player_0": row(500, 1024), "player_1": row(470, 1024)}),
+    }
+    (tmp_path / "eval").mkdir()
+    for name, (step, per_seat) in evals.items():
+        doc = {"seats": ["player_0", "player_1"], "policy": {step: {"random": per_seat}}}
+        (tmp_path / "eval" / f"{name}.json").write_text(json.dumps(doc))
+    out = seats(runs, tmp_path, "random", 1024)["seeds"][201]
+    assert out["player_0"]["ci95"] == pytest.approx(newcombe(400, 1024, 500, 1024)["ci95"])
+    assert out["player_0"]["improved"] and not out["player_1"]["improved"]  # +0.098 clears 0; +0.020 does not
+    assert (out["player_0"]["policy"], out["player_1"]["policy"]) == (0, 1)
+    assert "| 201 | player_0 (0) | 0.391 | 0.488 | +0.098 [" in (tmp_path / "seats.md").read_text()

@@ -44,3 +44,14 @@ def test_holm_steps_down_and_stops_at_the_first_kept_hypothesis():
     assert [out[k]["reject"] for k in "abc"] == [True, False, False]
     both = holm({"x": 0.02, "y": 0.025})  # 2 x 0.02 = 0.04, then max(0.04, 0.025): both rejected
     assert [both[k]["reject"] for k in "xy"] == [True, True] and both["y"]["adjusted"] == pytest.approx(0.04)
+
+
+def test_newcombe_matches_the_papers_worked_example():
+    """Newcombe (1998), Statistics in Medicine 17:873, table II example (a): 56/70 vs 48/80, difference 0.2000,
+    method 10 (hybrid score) interval 0.0524 to 0.3339."""
+    from experiments.ablations.power import newcombe, wilson
+
+    r = newcombe(48, 80, 56, 70)
+    assert r["diff"] == pytest.approx(0.2)
+    assert r["ci95"] == pytest.approx([0.0524, 0.3339], abs=1e-4)
+    assert wilson(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)  # Wilson at the boundary (Newcombe's table I)

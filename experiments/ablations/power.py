@@ -77,6 +77,24 @@ def holm(pvalues: Mapping[str, float], alpha: float = 0.05) -> dict[str, dict[st
     return {name: out[name] for name in pvalues}
 
 
+def wilson(k: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a proportion k / n."""
+    ci = stats.binomtest(k, n).proportion_ci(0.95, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def newcombe(k1: int, n1: int, k2: int, n2: int) -> dict[str, Any]:
+    """The difference of two proportions k2 / n2 - k1 / n1 (after minus before) with its 95% interval by Newcombe's
+    hybrid score method (1998, method 10: from each proportion's Wilson interval); for independent samples, and
+    conservative for positively correlated ones (the same held-out games played twice)."""
+    p1, p2 = k1 / n1, k2 / n2
+    (l1, u1), (l2, u2) = wilson(k1, n1), wilson(k2, n2)
+    d = p2 - p1
+    lo = d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2)
+    hi = d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2)
+    return {"before": p1, "after": p2, "diff": d, "ci95": [lo, hi], "n": [n1, n2]}
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--effect", type=float, required=True, help="the mean paired difference to detect")
