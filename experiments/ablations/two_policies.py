@@ -69,7 +69,8 @@ def seats(runs: Sequence[Run], out: Path, opponent: str, episodes: int) -> dict:
     warm = {r.seed: r.run_dir for r in runs if r.is_warm_start}
     result: dict = {"opponent": opponent, "episodes": episodes, "seeds": {}}
     lines = [
-        f"# Two policies, each at its own seat: win rate against `{opponent}` ({episodes} held-out games a side)",
+        f"# Two policies, each at its own seat: win rate against `{opponent}` ({episodes} held-out games at "
+        "alternating seats)",
         "",
         "| seed | seat (policy) | warm start | after RL | difference [95% interval] |",
         "|---|---|---:|---:|---|",
