@@ -12,8 +12,10 @@ import pytest
 from flax import nnx
 
 from jgem.models.config import LoraConfig
+from jgem.registry import register
 
 pytestmark = pytest.mark.xdist_group("two-policies")
+register("test:secrets", "tests.rollout.envs:SecretsEnv", overwrite=True)  # as tests/rollout/test_agents_workflow.py
 
 
 @pytest.mark.parametrize("pipeline", ["sync", "off_policy", "async", "stream"])
