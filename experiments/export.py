@@ -26,7 +26,7 @@ def export(path: str | Path, out: str | Path, *, dtype: str | None = None, adapt
 
     run, step = load_run(path)
     cfg = run.cfg.model
-    policies = run.model_cfg.lora.adapters if run.model_cfg.lora.rank else 1
+    policies = run.model_cfg.lora.policies
     if adapter is not None and not 0 <= adapter < policies:
         run.close()
         raise ValueError(f"--adapter {adapter}: the run at {path} has {policies} policies (0..{policies - 1})")

@@ -686,7 +686,7 @@ def _policies_errors(cfg: TrainConfig, algorithm: Algorithm | None, name: FieldN
     """Several policies (LoRA adapters on one base): one adapter per entry of rollout.policies, a multi-agent game
     whose every seat one entry names, no critic (it is one model; the policies are several)."""
     lora, policies = cfg.model.lora, cfg.rollout.policies
-    adapters = lora.adapters if lora.rank else 1
+    adapters = lora.policies
     if not policies and adapters == 1:
         return []
     flag = f"{name('rollout.policies')} {' '.join(policies) or '(none)'}"

@@ -156,7 +156,7 @@ def init_train_state(
     if errors := config_errors(cfg):
         raise ValueError("LearnerConfig: " + "; ".join(errors))
     graphdef, params, model_state = nnx.split(model, trainable(model), ...)
-    policies = model.cfg.lora.adapters if model.cfg.lora.rank else 1
+    policies = model.cfg.lora.policies
     if policies > 1:
         if critic is not None:
             raise ValueError(
@@ -386,10 +386,11 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
     plain = ("tokens", "loss", "logprob_diff_max", "policy_loss", "policy_tokens")
     metrics = {k: v / jnp.maximum(acc["m"]["tokens"], 1.0) for k, v in acc["m"].items() if k not in plain}
     metrics["logprob_diff_max"] = acc["m"]["logprob_diff_max"]
-    metrics["loss"] = acc["m"]["loss"] / d
     metrics["grad_norm"] = grad_norm
     keep = None  # with several policies: which policies' params and moments this step updates
-    if state.policies > 1:
+    if state.policies == 1:
+        metrics["loss"] = acc["m"]["loss"] / d
+    else:
         losses_p, norms = acc["m"]["policy_loss"] / d, policy_norms(grads)
         # a policy without tokens here keeps its params, moments and step count (AdamW would still move them); a
         # non-finite gradient skips the policies it reaches (through the shared loss sum and the adapters' one-hot

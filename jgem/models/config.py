@@ -69,6 +69,11 @@ class LoraConfig:
             )
 
     @property
+    def policies(self) -> int:
+        """How many policies the model holds: `adapters` with LoRA on, else 1 (the model itself)."""
+        return self.adapters if self.rank else 1
+
+    @property
     def scale(self) -> float:
         """alpha / rank, the adapters' output scale (0 without adapters)."""
         return self.alpha / self.rank if self.rank else 0.0

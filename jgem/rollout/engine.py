@@ -617,7 +617,7 @@ class RolloutEngine:
 
     def _adapter(self, adapter: int) -> int:
         """`adapter` checked against the model's LoRA adapters (policies): 0 for a model with one or none."""
-        n = self.model_cfg.lora.adapters if self.model_cfg.lora.rank else 1
+        n = self.model_cfg.lora.policies
         if not 0 <= adapter < n:
             raise ValueError(
                 f"rollout workflow {self.workflow.name!r}: a stream on adapter (policy) {adapter}, but the model has "

@@ -184,7 +184,7 @@ class SlotEngine:
 
     def set_adapter(self, slot: int, adapter: int) -> None:
         """The LoRA adapter (policy) slot `slot` prefills and samples with from now on (a model with several)."""
-        n = self.cfg.lora.adapters if self.cfg.lora.rank else 1
+        n = self.cfg.lora.policies
         if not 0 <= adapter < n:  # an id past the last would select no adapter: the base model, silently
             raise ValueError(f"adapter {adapter} for slot {slot}: the model has {n} ({'0..' * (n > 1)}{n - 1})")
         self.adapter[slot] = adapter
