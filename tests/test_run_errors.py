@@ -205,3 +205,48 @@ def test_dead_processes_waits_for_every_other_beat_to_move_or_stand_still(proces
     finally:
         done.set()
         thread.join()
+
+
+# XLA's fatal message for a lost process, as process 0 of a run writes it when process 1 stopped beating
+_FATAL = (
+    "F1129 12:49:55.090479   28531 client.h:80] Terminating process because the JAX distributed service detected "
+    "fatal errors. This most likely indicates that another task died; see the other task logs for more details. "
+    "absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):\n1\nThe tasks have "
+    "crashed.\n\nRPC: /xla.coordination.CoordinationService/PollForError [type.googleapis.com/tensorflow.Coordination"
+    "ServiceError='']\n"
+)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_xla_s_fatal_message_for_a_lost_process_is_answered_with_jgem_s_line_at_once(tmp_path, split):
+    """XLA aborts about 80 ms after its fatal message (the clean-clone CI's publication kill once ended on orbax's
+    error instead of jgem's line: the log reader slept 50 ms for the rest of the message, then lost the race under
+    load). The reader answers a whole message without waiting (no sleep at all), and waits for the rest of a message
+    cut in two writes."""
+    code = f"""
+import os, sys, threading, time
+from pathlib import Path
+from jgem.sharding import mesh
+slept = []
+real_sleep = time.sleep
+time.sleep = lambda s: (slept.append(s), real_sleep(s))[1]
+real_exit = os._exit
+os._exit = lambda rc: (print("slept", sum(slept), file=sys.stderr, flush=True), real_exit(rc))
+mesh.RUN.checkpoints, mesh.RUN.doing = Path({str(tmp_path)!r}), "in step 3 of 3"
+read, write = os.pipe()
+text = {_FATAL!r}.encode()
+cut = text.index(b"unhealthy") if {split} else len(text)  # the status, naming the process, in a 2nd write
+os.write(write, text[:cut])
+if cut < len(text):
+    threading.Timer(0.005, lambda: os.write(write, text[cut:])).start()
+mesh._relay(read, Path({str(tmp_path / "log")!r}), 2)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and lines[-2] == (
+        "jgem: process 0 of 1 stopped in step 3 of 3: process 1 died; no checkpoint was saved yet: rerun the same "
+        "command to start the run again"
+    ), out.stderr
+    slept = float(lines[-1].split()[1])
+    assert slept == 0 if not split else 0 < slept < 0.02, out.stderr
+    assert (tmp_path / "log").read_text() == _FATAL  # the whole message in the log

@@ -186,11 +186,14 @@ class _Tee(io.TextIOBase):
 
 def resume_advice() -> str:
     """What to type to go on: the run's last checkpoint on disk, which the same command resumes from."""
+    none = "no checkpoint was saved yet: rerun the same command to start the run again"
+    if RUN.checkpoints is None:  # no import on the way out: a stopping process has ~80 ms before XLA's abort
+        return none
     from jgem.checkpoint import committed_steps
 
-    steps = committed_steps(RUN.checkpoints) if RUN.checkpoints is not None else []
+    steps = committed_steps(RUN.checkpoints)
     if not steps:
-        return "no checkpoint was saved yet: rerun the same command to start the run again"
+        return none
     last = RUN.checkpoints / str(steps[-1])
     return f"rerun the same command to resume from the last checkpoint, {last}/ (step {steps[-1]})"
 
@@ -341,15 +344,36 @@ def _relay(read: int, path: Path, terminal: int) -> None:
         if XLA_FATAL in seen:
             try:
                 if not RUN.said:
-                    time.sleep(0.05)  # the rest of the message (the status names the lost process)
-                    os.set_blocking(read, False)
-                    with contextlib.suppress(BlockingIOError, OSError):
-                        if more := os.read(read, 1 << 16):
-                            os.write(log, more)
-                            seen += more
+                    seen = _rest_of_fatal(read, log, seen)
                 _heartbeat_lost(seen[seen.index(XLA_FATAL) :].decode(errors="replace"))
             finally:
                 os._exit(1)  # whatever went wrong above, before XLA's abort
+
+
+def _rest_of_fatal(read: int, log: int, seen: bytes) -> bytes:
+    """XLA's fatal message with its status (which names the lost process), read at once: XLA aborts about 80 ms
+    after it writes the message (once its stack is written), so jgem's line must be on the terminal well before.
+    The message comes in one write; where it has not all come yet, at most `FATAL_WAIT_S` more."""
+    deadline = time.monotonic() + FATAL_WAIT_S
+    os.set_blocking(read, False)
+    while FATAL_END not in seen[seen.index(XLA_FATAL) :] and time.monotonic() < deadline:
+        try:
+            more = os.read(read, 1 << 16)
+        except BlockingIOError:
+            time.sleep(0.001)
+            continue
+        except OSError:
+            break
+        if not more:
+            break
+        with contextlib.suppress(OSError):
+            os.write(log, more)
+        seen += more
+    return seen
+
+
+FATAL_END = b"RPC:"  # the status's last line names the RPC that reported it
+FATAL_WAIT_S = 0.02
 
 
 def _heartbeat_lost(status: str) -> None:
