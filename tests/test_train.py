@@ -428,8 +428,9 @@ def role_reference(tmp_path_factory) -> tuple[Path, dict]:
     these untrained models' returns are all equal, so ReBN's advantages would be 0 and only REINFORCE moves the
     params), a warm-start step of 8 teacher games."""
     run_dir = tmp_path_factory.mktemp("role-reference") / "run"
-    args = {**ROLE_SPLIT, "run_dir": str(run_dir), "episodes_per_step": 8, "env": {"num_envs": 8}}
-    args["warm_start"] = {"steps": 1, "episodes_per_step": 8}
+    args = {**ROLE_SPLIT, "run_dir": str(run_dir), "episodes_per_step": 8}
+    args["env"] = {**ROLE_SPLIT["env"], "num_envs": 8}
+    args["warm_start"] = {**ROLE_SPLIT["warm_start"], "episodes_per_step": 8}
     args["mesh"] = {"rollout_devices": 2}
     return run_dir, _summary(_run(args, env={"XLA_FLAGS": xla_flags(4)}))
 
@@ -454,16 +455,24 @@ def test_two_processes_on_split_meshes_train_like_one(tmp_path, split_run):
 
 # A role split (--mesh.rollout-placement first): 4 processes x 1 device, processes 0 and 1 sample (the envs, the
 # engine; 2 episodes each per process of the run: 4 each), processes 2 and 3 train (their share of the 8 episodes,
-# and the warm start's teacher games); REINFORCE, off_policy lag 1, a checkpoint after the warm start and every step.
+# and the warm start's teacher games); off_policy lag 1, a checkpoint after the warm start and every step. Two
+# policies (issue 53): LoRA adapters on one base, seat a of test:secrets policy 0's, seat b policy 1's, so every
+# publication moves both adapters (and the frozen base once); REINFORCE (the untrained seats' returns are equal
+# within a group, so a baseline would leave the adapters where they are).
 ROLE_SPLIT = {
     "steps": 3,
     "checkpoint_every": 1,
     "keep_checkpoints": 9,
     "algorithm": "reinforce",
+    "group_size": 2,
     "episodes_per_step": 2,
-    "warm_start": {"steps": 1, "episodes_per_step": 2},
+    "warm_start": {"steps": 1, "episodes_per_step": 2, "teacher": "echo"},
     "pipeline": {"mode": "off_policy", "lag": 1},
     "mesh": {"rollout_devices": 2, "rollout_placement": "first"},
+    "env": {"env_id": "test:secrets", "num_envs": 2, "imports": ["tests.rollout.envs"]},
+    "model": {"lora": {"rank": 4, "alpha": 8.0, "adapters": 2}},
+    "rollout": {"workflow": "agents", "policies": ["a", "b"], "eval_opponent": "echo"},
+    "learner": {"lr": 1e-2},
     "param_probe": 1,
 }
 
@@ -485,9 +494,11 @@ def test_a_role_split_samples_on_some_processes_and_trains_on_others_like_one_pr
     run_dir, runs = role_run
     ref_dir, ref = role_reference
     assert len({s["params_sha256"] for s in runs}) == 1
-    assert len({json.dumps(s["param_probe"]) for s in runs}) == 1, "the samplers' copy is the learners' params"
+    assert len({s["param_copy_sha256"] for s in runs}) == 1, "the samplers' copy (both adapters) is the learners'"
     rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "train/loss" in r]
     ref_rows = [r for r in read_jsonl(ref_dir / "metrics.jsonl") if "train/loss" in r]
+    rl = [r for r in rows if r["step"] > 0]
+    assert all(r[f"policy{p}/tokens"] > 0 and r[f"policy{p}/grad_norm"] > 0 for r in rl for p in (0, 1))
     assert [r["step"] for r in rows] == [1, 2, 3] and all(r["pipeline/publish_bytes"] > 0 for r in rows)
     assert [r["pipeline/staleness_max"] for r in rows] == [0, 1, 1]
     assert all(abs(r["train/loss"]) > 0 for r in rows), "a test of equal updates needs updates"

@@ -122,6 +122,18 @@ def main() -> None:
     kwargs = json.loads(sys.argv[1])
     if "curriculum" in kwargs and "horizons" in kwargs["curriculum"]:
         kwargs["curriculum"]["horizons"] = tuple(kwargs["curriculum"]["horizons"])
+    # JSON's lists and dicts back to the config's tuples and records
+    for section, name in (("rollout", "policies"), ("env", "imports")):
+        if name in kwargs.get(section, {}):
+            kwargs[section][name] = tuple(kwargs[section][name])
+    if "test:secrets" in json.dumps(kwargs):
+        from jgem.registry import register
+
+        register("test:secrets", "tests.rollout.envs:SecretsEnv", overwrite=True)
+    if "lora" in kwargs.get("model", {}):
+        from jgem.models.config import LoraConfig
+
+        kwargs["model"]["lora"] = LoraConfig(**kwargs["model"]["lora"])
     probe = kwargs.pop("param_probe", False)
     if (kill := kwargs.pop("kill_in_publication", None)) is not None:
         _die_in_publication(*kill)
@@ -134,6 +146,8 @@ def main() -> None:
         trainer = Trainer(small_config(**kwargs))
         summary = trainer.run()
     if probe:  # the first values of every parameter, gathered to every process (tiny models only)
+        import hashlib
+
         import jax
         import numpy as np
         from jax.experimental import multihost_utils
@@ -148,6 +162,10 @@ def main() -> None:
         elif jax.process_count() > 1:
             params = multihost_utils.process_allgather(params, tiled=True)
         summary["param_probe"] = [np.asarray(x).ravel()[:16].tolist() for x in jax.tree.leaves(params)]
+        digest = hashlib.sha256()  # every value of this process's copy (every adapter's, where there are several)
+        for x in jax.tree.leaves(params):
+            digest.update(np.ascontiguousarray(x).tobytes())
+        summary["param_copy_sha256"] = digest.hexdigest()
     print("SUMMARY " + json.dumps(summary, default=str), flush=True)
 
 
