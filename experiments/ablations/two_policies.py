@@ -103,7 +103,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--seats", nargs=2, default=["player_0", "player_1"], help="the game's seats: policy 0's, 1's")
     ap.add_argument("--rank", type=int, default=16, help="the adapters' LoRA rank (default 16)")
     ap.add_argument("--alpha", type=float, default=32.0, help="the adapters' LoRA alpha (default 32)")
-    ap.add_argument("--lr", type=float, default=2e-3, help="the adapters' RL learning rate (default 2e-3)")
+    ap.add_argument(
+        "--lr",
+        type=float,
+        default=2e-4,
+        help="the adapters' RL learning rate (default 2e-4: at 2e-3 the pilot collapsed)",
+    )
     ap.add_argument("--opponent", default="random", help="the scripted player evaluations play (default random)")
     ap.add_argument("--episodes", type=int, default=2048, help="held-out games per evaluation (default 2048)")
     args = ap.parse_args(own)
