@@ -10,8 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Family = Literal["qwen3", "qwen2", "llama"]
-FAMILIES: tuple[str, ...] = ("qwen3", "qwen2", "llama")
+Family = Literal["qwen3", "qwen2", "llama", "qwen3_moe"]
+FAMILIES: tuple[str, ...] = ("qwen3", "qwen2", "llama", "qwen3_moe")
+_ARCHITECTURES = {
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "llama": "LlamaForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
 _DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION = ("auto", "xla", "blockwise", "cudnn", "splash")  # jgem.models.attention
 # Rematerialisation of each decoder block in the backward pass (jgem.models.transformer.remat_policy):
@@ -104,9 +110,20 @@ class ModelConfig:
     # the backward pass keeps one input per layer (jgem.models.transformer._scan_blocks; docs/scaling.md)
     scan_layers: bool | None = None  # None: scan on GPU and TPU, loop on CPU (where scanning compiles slower)
     lora: LoraConfig = LoraConfig()  # adapters on the projections; rank 0 (the default): none
+    # Mixture of experts (family "qwen3_moe", HF's Qwen3MoeConfig names; jgem.models.moe). num_experts 0: dense.
+    # Layer i is sparse when i is not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0; the other layers
+    # keep the dense MLP of width intermediate_size.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0  # k: each token's experts
+    moe_intermediate_size: int = 0  # each expert's SwiGLU width
+    norm_topk_prob: bool = False  # renormalise the k gates to sum to 1 (Qwen3-30B-A3B, 235B-A22B: True)
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    router_aux_loss_coef: float = 0.001  # the load-balancing loss's weight in the learner's loss (HF's default)
 
     def __post_init__(self):
         object.__setattr__(self, "remat", remat_name(self.remat))
+        object.__setattr__(self, "mlp_only_layers", tuple(self.mlp_only_layers))  # a list, as read from JSON
         if self.attention not in ATTENTION:
             raise ValueError(f"attention={self.attention!r} is not an implementation; use one of {ATTENTION}")
         if self.family not in FAMILIES:
@@ -121,6 +138,56 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even for rotary embeddings")
+        self._check_moe()
+
+    def _check_moe(self) -> None:
+        def whole(name: str, lo: int) -> int:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"{name} is {v!r}; it must be an integer >= {lo}")
+            return v
+
+        e = whole("num_experts", 0)
+        if (self.family == "qwen3_moe") != (e > 0):
+            raise ValueError(
+                f"num_experts is {e} for family {self.family!r}: a mixture of experts is family 'qwen3_moe' with "
+                "num_experts >= 1, every other family is dense (num_experts 0)"
+            )
+        c = self.router_aux_loss_coef
+        if isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c < math.inf:
+            raise ValueError(f"router_aux_loss_coef is {c!r}; it must be a finite number >= 0")
+        if not e:
+            return
+        k = whole("num_experts_per_tok", 1)
+        if k > e:
+            raise ValueError(f"num_experts_per_tok is {k}; it must be at most num_experts ({e})")
+        whole("moe_intermediate_size", 1)
+        whole("decoder_sparse_step", 1)
+        if not isinstance(self.norm_topk_prob, bool):
+            raise ValueError(f"norm_topk_prob is {self.norm_topk_prob!r}; it must be a bool")
+        bad = [i for i in self.mlp_only_layers if isinstance(i, bool) or not isinstance(i, int)]
+        bad += [i for i in self.mlp_only_layers if i not in bad and not 0 <= i < self.num_layers]
+        if bad:
+            raise ValueError(
+                f"mlp_only_layers {list(self.mlp_only_layers)} has {bad}: each must be a layer index in "
+                f"[0, num_layers={self.num_layers})"
+            )
+        if self.lora.rank:
+            raise ValueError(
+                f"lora.rank is {self.lora.rank} on a mixture of experts (num_experts {e}): LoRA adapters on MoE "
+                "models are not implemented yet; use lora.rank 0"
+            )
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether decoder layer `layer` is a mixture of experts (HF's Qwen3MoeDecoderLayer rule)."""
+        return (
+            self.num_experts > 0 and layer not in self.mlp_only_layers and (layer + 1) % self.decoder_sparse_step == 0
+        )
+
+    @property
+    def sparse_layers(self) -> tuple[int, ...]:
+        """The indices of the mixture-of-experts layers, in order (empty for a dense model)."""
+        return tuple(i for i in range(self.num_layers) if self.is_sparse(i))
 
     def replace(self, **changes: Any) -> ModelConfig:
         return dataclasses.replace(self, **changes)
@@ -143,9 +210,17 @@ class ModelConfig:
             attn += n * h + 2 * k * h
         if self.qk_norm:
             attn += 2 * h
-        layer = attn + 3 * d * f + 2 * d
+        layer = attn + 2 * d
+        sparse = len(self.sparse_layers)
+        moe = d * self.num_experts + 3 * d * self.moe_intermediate_size * self.num_experts  # router, experts
         embed = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * layer + embed + d
+        return self.num_layers * layer + (self.num_layers - sparse) * 3 * d * f + sparse * moe + embed + d
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters one token runs through: `num_params` with each MoE layer's experts counted k times, not E."""
+        unused = (self.num_experts - self.num_experts_per_tok) * 3 * self.hidden_size * self.moe_intermediate_size
+        return self.num_params - len(self.sparse_layers) * unused
 
     # ------------------------------------------------------------------ HF config.json
 
@@ -183,8 +258,8 @@ class ModelConfig:
             bad.append("mlp_bias=True")
         if family == "llama" and d.get("attention_bias"):
             bad.append("attention_bias=True for llama")
-        if family == "qwen3" and d.get("attention_bias"):
-            bad.append("attention_bias=True for qwen3")
+        if family in ("qwen3", "qwen3_moe") and d.get("attention_bias"):
+            bad.append(f"attention_bias=True for {family}")
         rope = dict(d.get("rope_parameters") or {})
         legacy = d.get("rope_scaling")
         if legacy:
@@ -219,14 +294,15 @@ class ModelConfig:
             rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             max_position_embeddings=int(d.get("max_position_embeddings", 32768)),
-            qk_norm=family == "qwen3",
+            qk_norm=family in ("qwen3", "qwen3_moe"),
             qkv_bias=family == "qwen2",
+            **_moe_from_hf(d, family),
         )
         return cfg.replace(**overrides) if overrides else cfg
 
     def to_hf_dict(self) -> dict[str, Any]:
         """An HF config dict that transformers' `AutoConfig.for_model(**d)` / `from_pretrained` accepts."""
-        arch = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[self.family]
+        arch = _ARCHITECTURES[self.family]
         rope: dict[str, Any] = {"rope_type": "default", "rope_theta": self.rope_theta}
         if self.rope_scaling is not None:
             rope = {"rope_type": "llama3", "rope_theta": self.rope_theta, **dataclasses.asdict(self.rope_scaling)}
@@ -250,13 +326,40 @@ class ModelConfig:
         }
         if self.rope_scaling is not None:
             d["rope_scaling"] = {k: v for k, v in rope.items() if k != "rope_theta"}
-        if self.family == "qwen3":
+        if self.family in ("qwen3", "qwen3_moe"):
             d["attention_bias"] = False
         if self.family == "llama":
             d.update(attention_bias=False, mlp_bias=False)
-        if self.family in ("qwen3", "qwen2"):
+        if self.family in ("qwen3", "qwen2", "qwen3_moe"):
             d["use_sliding_window"] = False
+        if self.family == "qwen3_moe":  # as Qwen's published config.json names them
+            d.update(
+                num_experts=self.num_experts,
+                num_experts_per_tok=self.num_experts_per_tok,
+                moe_intermediate_size=self.moe_intermediate_size,
+                norm_topk_prob=self.norm_topk_prob,
+                decoder_sparse_step=self.decoder_sparse_step,
+                mlp_only_layers=list(self.mlp_only_layers),
+                router_aux_loss_coef=self.router_aux_loss_coef,
+            )
         return d
+
+
+def _moe_from_hf(d: Mapping[str, Any], family: str) -> dict[str, Any]:
+    """The MoE fields of an HF config dict (Qwen3MoeConfig: `num_experts`, which transformers 5 writes back as
+    `num_local_experts`); none for a dense family."""
+    if family != "qwen3_moe":
+        return {}
+    experts = d.get("num_experts", d.get("num_local_experts", 128))  # Qwen3MoeConfig's defaults where absent
+    return dict(
+        num_experts=int(experts),
+        num_experts_per_tok=int(d.get("num_experts_per_tok", 8)),
+        moe_intermediate_size=int(d.get("moe_intermediate_size", 768)),
+        norm_topk_prob=bool(d.get("norm_topk_prob", False)),
+        decoder_sparse_step=int(d.get("decoder_sparse_step", 1)),
+        mlp_only_layers=tuple(int(i) for i in d.get("mlp_only_layers") or ()),
+        router_aux_loss_coef=float(d.get("router_aux_loss_coef", 0.001)),
+    )
 
 
 # ---------------------------------------------------------------------- presets
@@ -278,6 +381,16 @@ def _qwen3(**kw: Any) -> ModelConfig:
     return ModelConfig(**{**base, **kw})
 
 
+# Qwen3-30B-A3B and Qwen3-235B-A22B: every layer sparse, 8 of 128 experts, renormalised gates
+_QWEN3_MOE = dict(
+    family="qwen3_moe",
+    num_kv_heads=4,
+    num_experts=128,
+    num_experts_per_tok=8,
+    norm_topk_prob=True,
+)
+
+
 def _qwen2(**kw: Any) -> ModelConfig:
     base = dict(family="qwen2", vocab_size=151936, qkv_bias=True, max_position_embeddings=32768, **_QWEN)
     return ModelConfig(**{**base, **kw})
@@ -295,6 +408,13 @@ PRESETS: dict[str, ModelConfig] = {
         hidden_size=2560, intermediate_size=9728, num_layers=36, num_heads=32, num_kv_heads=8, tie_word_embeddings=True
     ),
     "qwen3-8b": _qwen3(hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32, num_kv_heads=8),
+    # (intermediate_size, the dense MLP's width, is unused where every layer is sparse; config.json carries it)
+    "qwen3-30b-a3b": _qwen3(
+        **_QWEN3_MOE, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_layers=48, num_heads=32
+    ),
+    "qwen3-235b-a22b": _qwen3(
+        **_QWEN3_MOE, hidden_size=4096, intermediate_size=12288, moe_intermediate_size=1536, num_layers=94, num_heads=64
+    ),
     "qwen2.5-0.5b": _qwen2(
         hidden_size=896,
         intermediate_size=4864,

@@ -27,7 +27,12 @@ from jgem.models.transformer import Transformer
 from jgem.sharding.rules import canonical_spec, put_global
 
 # HF key regex -> (jgem param path template, layout). Layouts: "id" same array; "T" transposed 2-D;
-# "in_heads" HF [N*H, D] -> [D, N, H]; "out_heads" HF [D, N*H] -> [N, H, D]; "heads" HF [N*H] -> [N, H].
+# "in_heads" HF [N*H, D] -> [D, N, H]; "out_heads" HF [D, N*H] -> [N, H, D]; "heads" HF [N*H] -> [N, H];
+# "experts_T" HF [E, out, in] -> [E, in, out] (each expert's matrix transposed).
+# A mixture of experts' checkpoint stores each expert's projections apart (`mlp.experts.{e}.gate_proj.weight`, as
+# transformers 5 saves Qwen3MoeForCausalLM) or fused (`mlp.experts.gate_up_proj` [E, 2F, D], `down_proj` [E, D, F],
+# its in-memory layout); either is first stacked into one [E, out, in] tensor per projection under a key of its
+# own, `mlp.experts.gate` (`_stack_experts`), which the table maps.
 _L = r"model\.layers\.(\d+)\."
 HF_TO_JGEM: tuple[tuple[str, str, str], ...] = (
     (r"model\.embed_tokens\.weight", "embed", "id"),
@@ -40,6 +45,8 @@ HF_TO_JGEM: tuple[tuple[str, str, str], ...] = (
     (_L + r"self_attn\.o_proj\.weight", "layers.{0}.attn.o", "out_heads"),
     (_L + r"self_attn\.(q|k)_norm\.weight", "layers.{0}.attn.{1}_norm.scale", "id"),
     (_L + r"mlp\.(gate|up|down)_proj\.weight", "layers.{0}.mlp.{1}", "T"),
+    (_L + r"mlp\.gate\.weight", "layers.{0}.mlp.router", "T"),  # a mixture of experts' router
+    (_L + r"mlp\.experts\.(gate|up|down)", "layers.{0}.mlp.experts.{1}", "experts_T"),  # stacked: _stack_experts
     (r"value_head\.weight", "value_w", "id"),  # jgem's critic head (transformers ignores it)
     (r"value_head\.bias", "value_b", "id"),
 )
@@ -53,6 +60,7 @@ DEFAULT_RULES: dict[str, tuple[str, ...]] = {
     "kv_heads": ("tensor",),
     "mlp": ("tensor",),
     "head_dim": (),
+    "expert": (),  # replicated until expert parallelism
 }
 
 _ST_DTYPES = {
@@ -126,10 +134,42 @@ def _checkpoint_tensors(path: str) -> dict[str, np.ndarray]:
     return out
 
 
+_EXPERT_KEY = re.compile(r"(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate|up|down)_proj\.weight")
+_FUSED_KEY = re.compile(r"(model\.layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)")
+
+
+def _stack_experts(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`tensors` with a mixture of experts' projections as one [E, out, in] tensor per layer and projection, keyed
+    `model.layers.{i}.mlp.experts.{gate|up|down}`: from the per-expert tensors (`experts.{e}.gate_proj.weight`,
+    experts 0..E-1 all there) stacked, or from transformers' fused in-memory layout (`experts.gate_up_proj`
+    [E, 2F, D] split into gate and up; `experts.down_proj` [E, D, F] as it is). A dense checkpoint: unchanged."""
+    out: dict[str, np.ndarray] = {}
+    parts: dict[str, dict[int, np.ndarray]] = {}
+    for key, arr in tensors.items():
+        m, fused = _EXPERT_KEY.fullmatch(key), _FUSED_KEY.fullmatch(key)
+        if m:
+            parts.setdefault(f"{m[1]}.{m[3]}", {})[int(m[2])] = arr
+        elif fused and fused[2] == "down_proj":
+            out[f"{fused[1]}.down"] = arr
+        elif fused and arr.ndim == 3 and arr.shape[1] % 2 == 0:
+            f = arr.shape[1] // 2
+            out[f"{fused[1]}.gate"], out[f"{fused[1]}.up"] = arr[:, :f], arr[:, f:]
+        else:
+            out[key] = arr
+    for name, experts in parts.items():
+        if sorted(experts) != list(range(len(experts))):
+            missing = sorted(set(range(max(experts) + 1)) - set(experts))
+            raise ValueError(f"checkpoint lacks experts {missing} of {name.replace('.experts.', '.experts.*.')}")
+        out[name] = np.stack([experts[e] for e in range(len(experts))])
+    return out
+
+
 # ---------------------------------------------------------------------- layouts
 
 
 def _hf_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    if layout == "experts_T":
+        return (shape[0], shape[2], shape[1])
     if layout == "T":
         return shape[::-1]
     if layout == "in_heads":
@@ -142,12 +182,16 @@ def _hf_shape(layout: str, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _to_jgem(layout: str, arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    if layout == "experts_T":
+        return arr.transpose(0, 2, 1)
     if layout in ("T", "in_heads", "out_heads"):
         arr = arr.T
     return arr.reshape(shape)
 
 
 def _to_hf(layout: str, arr: np.ndarray) -> np.ndarray:
+    if layout == "experts_T":
+        return arr.transpose(0, 2, 1)
     if layout == "heads":
         return arr.reshape(-1)
     if layout == "in_heads":
@@ -236,7 +280,7 @@ def load_pretrained(
     abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0), value_head=value_head))
     graphdef, abs_state = nnx.split(abstract)
     targets = {_path_str(p): v for p, v in nnx.to_flat_state(abs_state)}
-    tensors = _checkpoint_tensors(path)
+    tensors = _stack_experts(_checkpoint_tensors(path))
 
     filled: dict[str, jax.Array] = {}
     if cfg.lora.rank:
@@ -312,6 +356,8 @@ JGEM_TO_HF: tuple[tuple[str, str, str], ...] = (
     (r"layers\.(\d+)\.attn\.o", "model.layers.{0}.self_attn.o_proj.weight", "out_heads"),
     (r"layers\.(\d+)\.attn\.(q|k)_norm\.scale", "model.layers.{0}.self_attn.{1}_norm.weight", "id"),
     (r"layers\.(\d+)\.mlp\.(gate|up|down)", "model.layers.{0}.mlp.{1}_proj.weight", "T"),
+    (r"layers\.(\d+)\.mlp\.router", "model.layers.{0}.mlp.gate.weight", "T"),
+    (r"layers\.(\d+)\.mlp\.experts\.(gate|up|down)", "model.layers.{0}.mlp.experts.{1}", "experts_T"),
     (r"value_w", "value_head.weight", "id"),
     (r"value_b", "value_head.bias", "id"),
 )
@@ -349,7 +395,12 @@ def save_pretrained(
         arr = np.asarray(jax.device_get(var[...]))
         if dtype is not None:
             arr = arr.astype(jnp.dtype(dtype))
-        tensors[key] = np.array(_to_hf(layout, arr), order="C")  # (ascontiguousarray would make 0-d 1-d)
+        hf_arr = _to_hf(layout, arr)
+        if layout == "experts_T":  # one tensor per expert and projection, as transformers saves them
+            for e in range(hf_arr.shape[0]):
+                tensors[key.replace(".experts.", f".experts.{e}.") + "_proj.weight"] = np.array(hf_arr[e], order="C")
+            continue
+        tensors[key] = np.array(hf_arr, order="C")  # (ascontiguousarray would make 0-d 1-d)
     hf = cfg.to_hf_dict()
     saved_dtype = str(jnp.dtype(dtype or cfg.param_dtype))
     hf["torch_dtype"] = hf["dtype"] = saved_dtype

@@ -1,4 +1,5 @@
-"""Decoder building blocks: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU MLP, one block.
+"""Decoder building blocks: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU MLP (or a mixture of
+experts, jgem.models.moe), one block.
 
 Shapes: B batch, T query length, S key length (cache slots), D hidden, N query heads, K kv heads,
 G = N // K heads per group, H head dim, F mlp width.
@@ -16,6 +17,8 @@ from flax import nnx
 from jgem.models import cpu
 from jgem.models.attention import Mask, attention
 from jgem.models.config import ModelConfig
+from jgem.models.moe import MoE
+from jgem.models.params import param
 from jgem.sharding.rules import constrain
 
 Array = jax.Array
@@ -25,26 +28,6 @@ HEADS = ("batch", None, "heads", None)  # [B,T,N,H]
 KV_HEADS = ("batch", None, "kv_heads", None)  # [B,T,K,H]
 LORA_AXIS = "lora"  # the logical name of a LoRA adapter's rank axis (replicated: sharding/rules.py)
 ADAPTERS_AXIS = "adapters"  # the logical name of the policies' axis of stacked adapters (replicated)
-
-
-def param(
-    rngs: nnx.Rngs | None,
-    shape: tuple[int, ...],
-    names: tuple[str | None, ...],
-    dtype,
-    *,
-    std: float = 0.02,
-    value: float | None = None,
-) -> nnx.Param:
-    """A parameter with logical axis names (`out_sharding`), which sharding/rules.py maps to mesh axes."""
-    if value is not None:
-        x = jnp.full(shape, value, dtype)
-    else:
-        # the barrier keeps XLA from folding std into normal's own scale inside a jitted init (`init_model`): the
-        # values are then those of an eager build, bit for bit
-        x = (std * jax.lax.optimization_barrier(jax.random.normal(rngs.params(), shape, jnp.float32))).astype(dtype)
-    # eager_sharding=False: build without a mesh; placement is decided later from the names.
-    return nnx.Param(x, out_sharding=names, eager_sharding=False)
 
 
 class RMSNorm(nnx.Module):
@@ -247,13 +230,22 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, lora_rngs: nnx.Rngs):
+    """One decoder layer: attention, then the dense SwiGLU `MLP` or, in a sparse layer of a mixture of experts
+    (`cfg.is_sparse`), the `MoE` under the same name (`mlp`, as HF names both)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, lora_rngs: nnx.Rngs, sparse: bool = False):
         self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
         self.attn = Attention(cfg, rngs=rngs, lora_rngs=lora_rngs)
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
-        self.mlp = MLP(cfg, rngs=rngs, lora_rngs=lora_rngs)
+        self.sparse = sparse
+        self.mlp = MoE(cfg, rngs=rngs) if sparse else MLP(cfg, rngs=rngs, lora_rngs=lora_rngs)
 
-    def __call__(self, x, cos, sin, mask, kv, slots, select=None):
+    def __call__(self, x, cos, sin, mask, kv, slots, select=None, valid=None, expert_ids=None):
+        """-> (x, kv, the sparse layer's `Route` or None). `valid` (bool[B,T]) and `expert_ids` (int32[B,T,k], a
+        recorded choice to replay) reach a sparse layer's `MoE`; a dense layer ignores them."""
         a, kv = self.attn(self.attn_norm(x), cos, sin, mask, kv, slots, select)
         x = constrain(x + a, ACTIVATIONS)
-        return constrain(x + self.mlp(self.mlp_norm(x), select), ACTIVATIONS), kv
+        if not self.sparse:
+            return constrain(x + self.mlp(self.mlp_norm(x), select), ACTIVATIONS), kv, None
+        out, route = self.mlp(self.mlp_norm(x), valid, expert_ids)
+        return constrain(x + out, ACTIVATIONS), kv, route

@@ -17,10 +17,11 @@ from jgem.models.attention import Mask
 from jgem.models.config import ModelConfig
 from jgem.models.kvcache import SlotCache
 from jgem.models.layers import ACTIVATIONS, Block, RMSNorm, param, rope_inv_freq, rope_tables
+from jgem.models.moe import Routing
 from jgem.models.platform import platform
 from jgem.sharding.rules import DEFAULT_RULES, Rules, constrain, tree_shardings
 
-__all__ = ["SlotCache", "Transformer", "init_model", "remat_policy", "scans_layers"]
+__all__ = ["Routing", "SlotCache", "Transformer", "init_model", "remat_policy", "scans_layers"]
 
 Array = jax.Array
 LORA_STREAM = 0x10A  # folded into the params key for the adapters' stream
@@ -50,7 +51,9 @@ class Transformer(nnx.Module):
         # LoRA adapters draw from a stream of their own, derived from (not drawn from) `rngs`: a model with
         # adapters has the same base weights as the model of the same seed without them
         lora_rngs = nnx.Rngs(params=jax.random.fold_in(rngs.params.key[...], LORA_STREAM))
-        self.layers = nnx.List([Block(cfg, rngs=rngs, lora_rngs=lora_rngs) for _ in range(cfg.num_layers)])
+        self.layers = nnx.List(
+            [Block(cfg, rngs=rngs, lora_rngs=lora_rngs, sparse=cfg.is_sparse(i)) for i in range(cfg.num_layers)]
+        )
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, ("embed",), cfg)
         if not cfg.tie_word_embeddings:
             self.lm_head = param(rngs, (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"), pd)
@@ -67,13 +70,34 @@ class Transformer(nnx.Module):
         segment_ids: Array | None = None,
         cache: SlotCache | None = None,
         adapter_ids: Array | None = None,
+        expert_ids: Array | None = None,
     ) -> tuple[Array, SlotCache | None]:
         """tokens, positions[B,T] -> (h[B,T,D] after the final norm, updated cache).
 
         With a `SlotCache`, each token's key and value go to the slot of its position, queries attend the slots up
         to their own position, and tokens whose `segment_ids` is 0 (padding) write nothing. With several LoRA
         adapters (`cfg.lora.adapters`, one per policy), `adapter_ids` names each row's (int32[B]) or each token's
-        (int32[B,T]: rows that pack several policies' sequences)."""
+        (int32[B,T]: rows that pack several policies' sequences). `expert_ids`: as in `hidden_routed`."""
+        h, cache, _ = self.hidden_routed(
+            tokens, positions, segment_ids=segment_ids, cache=cache, adapter_ids=adapter_ids, expert_ids=expert_ids
+        )
+        return h, cache
+
+    def hidden_routed(
+        self,
+        tokens: Array,
+        positions: Array,
+        *,
+        segment_ids: Array | None = None,
+        cache: SlotCache | None = None,
+        adapter_ids: Array | None = None,
+        expert_ids: Array | None = None,
+    ) -> tuple[Array, SlotCache | None, Routing]:
+        """`hidden`, and the `Routing` of the sparse layers of a mixture of experts (jgem.models.moe): the expert
+        ids each token ran (int32[M,B,T,k], M = len(cfg.sparse_layers)) and the load-balancing statistics over the
+        non-padding tokens (`Routing.aux_loss()`). `expert_ids` (int32[M,B,T,k], e.g. a previous forward's
+        `Routing.expert_ids`) replays a recorded choice: those experts run, gated by the router's probabilities
+        at them. A dense model's Routing is empty (M = 0, aux_loss 0)."""
         cfg = self.cfg
         select = None
         if cfg.lora.rank and cfg.lora.adapters > 1:
@@ -87,6 +111,16 @@ class Transformer(nnx.Module):
         cos, sin = rope_tables(positions, rope_inv_freq(cfg), dt)
         b, t = tokens.shape
         seg = jnp.ones((b, t), jnp.int32) if segment_ids is None else segment_ids.astype(jnp.int32)
+        sparse = cfg.sparse_layers
+        valid = (seg != 0) if sparse else None
+        if expert_ids is not None:
+            want = (len(sparse), b, t, cfg.num_experts_per_tok)
+            if tuple(expert_ids.shape) != want:
+                raise ValueError(
+                    f"expert_ids has shape {tuple(expert_ids.shape)}; this model replays [M,B,T,k] = {want} "
+                    f"(M: the sparse layers {sparse})"
+                )
+            expert_ids = jnp.asarray(expert_ids, jnp.int32)
         if cache is None:
             slots = None
             mask = Mask.causal(seg)
@@ -96,21 +130,31 @@ class Transformer(nnx.Module):
             mask = Mask(positions.astype(jnp.int32), jnp.zeros((b, t), jnp.int32), jnp.zeros((b, s), jnp.int32))
         remat, policy = remat_policy(cfg.remat)
         ks, vs = [], []
-        if cache is None and scans_layers(cfg):
-            x = _scan_blocks(self.layers, x, cos, sin, mask, policy if remat else None, select)
+        # a scan needs every layer alike: all dense, or all sparse (Qwen3-30B-A3B, 235B-A22B)
+        uniform = len(sparse) in (0, cfg.num_layers)
+        if cache is None and scans_layers(cfg) and uniform:
+            x, routes = _scan_blocks(
+                self.layers, x, cos, sin, mask, policy if remat else None, select, valid, expert_ids
+            )
+            routing = Routing.of(routes, stacked=True) if sparse else Routing.of([], batch=(b, t))
         else:
             # rematerialisation saves activations for a backward pass: forwards over a cache (sampling) have none
             step = functools.partial(_remat_block, policy=policy) if remat and cache is None else _block
+            routes = []
             for i, layer in enumerate(self.layers):
                 kv = None if cache is None else (cache.k[i], cache.v[i])
-                x, kv = step(layer, x, cos, sin, mask, kv, slots, select)
+                replay = None if expert_ids is None or not layer.sparse else expert_ids[len(routes)]
+                x, kv, route = step(layer, x, cos, sin, mask, kv, slots, select, valid, replay)
+                if route is not None:
+                    routes.append(route)
                 if kv is not None:
                     ks.append(kv[0])
                     vs.append(kv[1])
+            routing = Routing.of(routes, batch=(b, t))
         h = self.final_norm(x)
         if cache is not None:
             cache = SlotCache(k=tuple(ks), v=tuple(vs))
-        return h, cache
+        return h, cache, routing
 
     def head_weight(self, dtype) -> tuple[Array, bool]:
         """(the vocab projection in `dtype`, whether it is [V,D] (the tied embedding) rather than [D,V] (`lm_head`))."""
@@ -137,10 +181,31 @@ class Transformer(nnx.Module):
         segment_ids: Array | None = None,
         cache: SlotCache | None = None,
         adapter_ids: Array | None = None,
+        expert_ids: Array | None = None,
     ) -> tuple[Array, SlotCache | None]:
-        """tokens, positions[B,T] -> (logits f32[B,T,V], updated cache or None); `adapter_ids` as in `hidden`."""
-        h, cache = self.hidden(tokens, positions, segment_ids=segment_ids, cache=cache, adapter_ids=adapter_ids)
+        """tokens, positions[B,T] -> (logits f32[B,T,V], updated cache or None); `adapter_ids` as in `hidden`,
+        `expert_ids` (a mixture of experts' recorded routing, replayed) as in `hidden_routed`."""
+        h, cache = self.hidden(
+            tokens, positions, segment_ids=segment_ids, cache=cache, adapter_ids=adapter_ids, expert_ids=expert_ids
+        )
         return self.logits(h), cache
+
+    def routed(
+        self,
+        tokens: Array,
+        positions: Array,
+        *,
+        segment_ids: Array | None = None,
+        cache: SlotCache | None = None,
+        adapter_ids: Array | None = None,
+        expert_ids: Array | None = None,
+    ) -> tuple[Array, SlotCache | None, Routing]:
+        """`__call__`, and the `Routing` of a mixture of experts' sparse layers (`hidden_routed`): the expert ids to
+        record, and `aux_loss()`, the load-balancing loss a learner adds `cfg.router_aux_loss_coef` times."""
+        h, cache, routing = self.hidden_routed(
+            tokens, positions, segment_ids=segment_ids, cache=cache, adapter_ids=adapter_ids, expert_ids=expert_ids
+        )
+        return self.logits(h), cache, routing
 
 
 def init_model(
@@ -164,8 +229,8 @@ def init_model(
     return nnx.merge(graphdef, state)
 
 
-def _block(layer: Block, x, cos, sin, mask, kv, slots, select):
-    return layer(x, cos, sin, mask, kv, slots, select)
+def _block(layer: Block, x, cos, sin, mask, kv, slots, select, valid=None, expert_ids=None):
+    return layer(x, cos, sin, mask, kv, slots, select, valid, expert_ids)
 
 
 def scans_layers(cfg: ModelConfig) -> bool:
@@ -175,22 +240,25 @@ def scans_layers(cfg: ModelConfig) -> bool:
     return platform() != "cpu" if cfg.scan_layers is None else cfg.scan_layers
 
 
-def _scan_blocks(layers, x, cos, sin, mask, policy, select=None):
+def _scan_blocks(layers, x, cos, sin, mask, policy, select=None, valid=None, expert_ids=None):
     """x through every block as one `lax.scan` over the layers' states stacked [L, ...] (each block rematerialised
     under `policy` unless it is None): the compiler sees one block, so it compiles one, and the backward pass keeps
     one input per layer (unrolled, XLA's schedule kept up to 7 activations of each layer alive on TPU). The stack is
     a copy in x's dtype (the blocks cast their weights to it anyway); its gradient flows back to each layer's
-    params."""
+    params. -> (x, the layers' `Route`s stacked [L, ...], or None for dense layers); the layers must be alike (all
+    dense or all sparse), `expert_ids` [L, B, T, k] scanned with them."""
     graphdef = nnx.graphdef(layers[0])
     floating = lambda a: a.astype(x.dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
     stacked = jax.tree.map(lambda *xs: jnp.stack([floating(a) for a in xs]), *(nnx.state(layer) for layer in layers))
 
-    def body(x, st):
-        return nnx.merge(graphdef, st)(x, cos, sin, mask, None, None, select)[0], None
+    def body(x, xs):
+        st, ids = xs
+        x, _, route = nnx.merge(graphdef, st)(x, cos, sin, mask, None, None, select, valid, ids)
+        return x, route
 
     if policy is not None:
         body = jax.checkpoint(body, policy=policy, prevent_cse=False)
-    return jax.lax.scan(body, x, stacked)[0]
+    return jax.lax.scan(body, x, (stacked, expert_ids))
 
 
 def _remat_block(layer: Block, *args, policy):

@@ -26,6 +26,7 @@ DEFAULT_RULES: Rules = (
     ("head_dim", None),
     ("lora", None),  # a LoRA adapter's rank axis: a few columns, replicated (its other axis shards as its weight's)
     ("adapters", None),  # several policies' adapters stacked (LoraConfig.adapters): a few, replicated
+    ("expert", None),  # a mixture of experts' leading axis (jgem.models.moe): replicated until expert parallelism
     ("layers", None),
     ("norm", None),
 )

@@ -26,9 +26,11 @@ BASE = dict(
 
 def hf_config(family: str, *, tie: bool = False, **kw):
     """A transformers config for a tiny model of `family` (llama gets llama3 rope scaling that matters at 64+)."""
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
 
     args = {**BASE, "tie_word_embeddings": tie, **kw}
+    if family == "qwen3_moe":  # kw: the MoE fields (num_experts, ...)
+        return Qwen3MoeConfig(rope_theta=10000.0, **args)
     if family == "qwen3":
         return Qwen3Config(rope_theta=10000.0, **args)
     if family == "qwen2":
@@ -82,7 +84,7 @@ def tiny_cfg(family: str = "qwen3", **kw) -> ModelConfig:
         from jgem.models.config import RopeScaling
 
         rope = dict(rope_theta=500000.0, rope_scaling=RopeScaling(8.0, 1.0, 4.0, 64), rms_norm_eps=1e-6)
-    return ModelConfig(
+    base = dict(
         family=family,
         vocab_size=VOCAB,
         hidden_size=32,
@@ -92,7 +94,8 @@ def tiny_cfg(family: str = "qwen3", **kw) -> ModelConfig:
         num_kv_heads=2,
         head_dim=8,
         max_position_embeddings=512,
-        qk_norm=family == "qwen3",
+        qk_norm=family in ("qwen3", "qwen3_moe"),
         qkv_bias=family == "qwen2",
-        **{"rope_theta": 10000.0, **rope, **kw},
+        rope_theta=10000.0,
     )
+    return ModelConfig(**{**base, **rope, **kw})

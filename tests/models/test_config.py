@@ -17,6 +17,8 @@ PUBLISHED = {
     "qwen2.5-7b": 7.62,
     "llama3.2-1b": 1.236,
     "llama3.2-3b": 3.21,
+    "qwen3-30b-a3b": 30.5,  # 3.3B active
+    "qwen3-235b-a22b": 235.1,  # 22B active
 }
 
 
