@@ -5,5 +5,6 @@ from jgem.envs import (
     games,  # noqa: F401  game:*
     multiagent,  # noqa: F401  multi:*
     suites,  # noqa: F401  math:*, code:*, qa:*, rg:*
+    terminal,  # noqa: F401  terminal:*
     web,  # noqa: F401  web:*, agentgym:WebArena-v0
 )

@@ -1,0 +1,4 @@
+#!/bin/bash
+set -euo pipefail
+
+sed -i 's/\r$//' /app/notes/*.txt

@@ -1,0 +1,4 @@
+#!/bin/bash
+set -euo pipefail
+
+sort -u /app/names.txt > /app/unique_names.txt

@@ -1,0 +1,3 @@
+from shop.service import welcome
+
+print(welcome("ada"))

@@ -1,0 +1,5 @@
+from shop.helpers import greet
+
+
+def welcome(user):
+    return greet(user.title())

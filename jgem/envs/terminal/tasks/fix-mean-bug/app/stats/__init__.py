@@ -1,0 +1,3 @@
+from stats.core import mean, total
+
+__all__ = ["mean", "total"]

@@ -1,0 +1,4 @@
+#!/bin/bash
+set -euo pipefail
+
+echo "Hello, terminal!" > /app/hello.txt

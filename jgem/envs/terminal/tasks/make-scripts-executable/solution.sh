@@ -1,0 +1,4 @@
+#!/bin/bash
+set -euo pipefail
+
+find /app/scripts -name '*.sh' -exec chmod a+x {} +

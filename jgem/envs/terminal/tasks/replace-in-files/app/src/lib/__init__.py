@@ -1,0 +1,1 @@
+foo_api = None  # foo_api is set at start-up

@@ -1,0 +1,2 @@
+def use(foo_api):
+    return foo_api

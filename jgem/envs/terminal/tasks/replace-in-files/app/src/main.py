@@ -1,0 +1,3 @@
+from lib import foo_api
+
+print(foo_api.call())

@@ -1,0 +1,4 @@
+#!/bin/bash
+set -euo pipefail
+
+tr '\t' ',' < /app/data.tsv > /app/data.csv
