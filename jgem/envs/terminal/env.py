@@ -1,9 +1,10 @@
 """The terminal env: shell commands in a persistent bash session in the sandbox, graded by the task's tests.
 
-An episode: reset opens a session (`jgem.envs.tools.shell`) on a fresh copy of the task's files and runs the task's
-setup steps; the observation is the task's instruction and how to act. Each action calls tools in the env's tool
-format (`gem_tags`, `hermes`, `llama3_json`): `bash` runs one command (its output, exit code and any limit that
-stopped it come back) and `submit` ends the episode. A turn that calls no tool ends it too (as an agent loop ends on a
+An episode: reset opens a session (`jgem.envs.tools.shell`) on a fresh copy-on-write view of the task's files (nothing
+is copied: the episode's writes go to a fresh layer of their own) and runs the task's setup steps; the observation is
+the task's instruction and how to act. Each action calls tools in the env's tool format (`gem_tags`, `hermes`,
+`llama3_json`): `bash` runs one command (its output, exit code and any limit that stopped it come back) and `submit`
+ends the episode. A turn that calls no tool ends it too (as an agent loop ends on a
 reply without a tool call; `finish_without_call=False` answers such a turn with a reminder instead). A call that cannot
 be read is answered with the reason and uses a turn. The episode also ends at `max_turns` turns or when its commands
 have used `episode_timeout` seconds (both `truncated`).
@@ -15,6 +16,7 @@ turns are 0.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -325,24 +327,36 @@ class TerminalEnv(Env):
             return f"<bash>{cmd}</bash>"
         return _native_call(self.format.name, "bash", {"command": cmd})
 
+    EPISODE_FIELDS = ("task", "turn", "used", "done")
+
     def get_state(self) -> Any:
-        raise NotImplementedError(
-            "a terminal episode lives in a sandbox process and cannot be copied yet (copy-on-write fork is the next "
-            "step of the terminal env); reset with the same seed for group rollouts"
-        )
+        """The episode now: its counters, the RNG and the session's snapshot (`ShellSession.snapshot`: the files the
+        episode changed, the working directory, exported variables and functions; not running processes). Each
+        `set_state` with it opens a new session in that state, so a state forks an episode as often as it is set."""
+        state = {k: getattr(self, k) for k in self.EPISODE_FIELDS}
+        state["np_random"] = copy.deepcopy(self.np_random)
+        state["shell"] = self.session.snapshot() if self.session is not None else None
+        return state
 
     def set_state(self, state: Any) -> None:
-        self.get_state()
+        self._end_session()
+        for k in self.EPISODE_FIELDS:
+            setattr(self, k, state[k])
+        self.np_random = copy.deepcopy(state["np_random"])
+        if state["shell"] is not None:
+            self.session = ShellSession.from_snapshot(state["shell"])
 
     def spawn(self, same_state: bool = False) -> TerminalEnv:
-        if same_state and self.session is not None:
-            self.get_state()
+        """A new env of the same configuration; with `same_state`, a fork of this episode (its own session, in this
+        one's state: see `get_state`), else no episode (reset it) and an RNG of its own."""
+        import numpy as np
+
         clone = object.__new__(type(self))
         vars(clone).update({k: v for k, v in vars(self).items() if k not in ("session", "np_random")})
         clone.session, clone.done = None, True
-        import numpy as np
-
         clone.np_random = np.random.default_rng(self.np_random.integers(2**63))
+        if same_state:
+            clone.set_state(self.get_state())
         return clone
 
     def _end_session(self) -> None:

@@ -21,6 +21,7 @@ Protocol on fd_in / fd_out: 4-byte big-endian length + JSON, as `_sandbox_worker
 """
 
 import base64
+import collections
 import contextlib
 import importlib.util
 import io
@@ -28,7 +29,9 @@ import json
 import os
 import resource
 import selectors
+import shutil
 import signal
+import stat
 import struct
 import sys
 import tarfile
@@ -42,6 +45,10 @@ sw = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sw)
 
 ROOT = "/tmp/.jgem-root"  # the sessions' root, inside the worker's private /tmp
+LOWER = "/tmp/.jgem-lower"  # the cached task trees (overlay lower layers), outside the sessions' root
+UPPER = "/tmp/.jgem-upper"  # the session's tmpfs holding the overlay's upper and work dirs, outside the root
+OVERLAY_OPTS = "redirect_dir=off,index=off,metacopy=off"  # the plain upper format `_pack_tree` reads (as docker's)
+OPAQUE = "trusted.overlay.opaque"
 ROOT_DIRS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "var")
 MAX_COMMAND = 60000  # bytes: a command fits in the pipe in one write
 DRIVER = r"""
@@ -54,6 +61,18 @@ while IFS= read -r -d '' -u 3 __jgem_cmd; do
 done
 """
 _libc = sw._libc
+
+
+def _read_exact(fd, n):
+    """`n` bytes from `fd` (None at end of file), in linear time (a task's tar can be tens of MiB)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = os.readv(fd, [view[got:]])
+        if not k:
+            return None
+        got += k
+    return bytes(buf)
 
 
 def _mount(src, target, fstype=None, flags=0, data=None):
@@ -110,6 +129,176 @@ def _build_root(cfg):
     for p in points:  # read-only, all of it (device files stay usable on a read-only mount)
         if _under(p, ROOT) and p != ROOT:
             _libc.mount(b"none", p.encode(), None, sw.MS_REMOUNT | sw.MS_BIND | sw.MS_RDONLY, None)
+
+
+def _probe_overlay():
+    """None when an overlay with a tmpfs upper mounts here, else why not."""
+    top = "/tmp/.jgem-probe"
+    try:
+        os.makedirs(top, exist_ok=True)
+        _mount("tmpfs", top, "tmpfs", 0, "size=64k")
+        try:
+            for d in ("l", "u", "w", "m"):
+                os.mkdir(f"{top}/{d}")
+            _mount(
+                "overlay", f"{top}/m", "overlay", 0, f"lowerdir={top}/l,upperdir={top}/u,workdir={top}/w,{OVERLAY_OPTS}"
+            )
+            _umount(f"{top}/m")
+        finally:
+            _umount(top)
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+class _Lowers:
+    """The task trees unpacked once per worker (owned by its uid, never written: the overlays' lower layers), by the
+    key of their tar, least recently used dropped first past `cap` bytes."""
+
+    def __init__(self, cfg):
+        self.cap = max(cfg["lower_mb"], cfg["workdir_mb"]) << 20
+        self.uid = cfg["uid"]
+        self.sizes = collections.OrderedDict()  # key -> bytes
+        os.makedirs(LOWER, exist_ok=True)
+        _mount("tmpfs", LOWER, "tmpfs", sw.MS_NOSUID | sw.MS_NODEV, f"size={self.cap >> 20}m,mode=700")
+
+    def get(self, key, files):
+        """(path of the tree, bytes written to make it now); (None, 0) when it is not here and `files` is None."""
+        if not key or not all(c in "0123456789abcdef" for c in key):
+            raise ValueError(f"bad lower key {key!r}")
+        path = f"{LOWER}/{key}"
+        if key in self.sizes:
+            self.sizes.move_to_end(key)
+            return path, 0
+        if files is None:
+            return None, 0
+        raw = base64.b64decode(files) if files else b""
+        self._room(len(raw))
+        part = path + ".part"
+        shutil.rmtree(part, ignore_errors=True)
+        os.mkdir(part, 0o755)
+        try:
+            _unpack_raw(raw, part, self.uid)
+        except OSError:
+            shutil.rmtree(part, ignore_errors=True)
+            raise
+        size = _tree_bytes(part)
+        os.rename(part, path)
+        self.sizes[key] = size
+        return path, size
+
+    def _room(self, need):
+        while self.sizes and sum(self.sizes.values()) + need > self.cap:
+            key, _ = self.sizes.popitem(last=False)
+            shutil.rmtree(f"{LOWER}/{key}", ignore_errors=True)
+
+
+def _tree_bytes(top):
+    total = 0
+    for base, _, files in os.walk(top):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(base, name)).st_size
+    return total
+
+
+def _pack_tree(top):
+    """What is under `top` (an overlay's upper: changed files, whiteouts, opaque directories), as (entries, data):
+    each entry [path, kind, mode, mtime_ns, size or link target, opaque]; the regular files' bytes concatenated."""
+    entries, chunks, inodes = [], [], {}
+    skipped = 0
+
+    def walk(rel):
+        nonlocal skipped
+        with os.scandir(os.path.join(top, rel) if rel else top) as it:
+            items = sorted(it, key=lambda e: e.name)
+        for e in items:
+            path = f"{rel}/{e.name}" if rel else e.name
+            st = e.stat(follow_symlinks=False)
+            mode, perm = st.st_mode, stat.S_IMODE(st.st_mode)
+            if stat.S_ISDIR(mode):
+                try:
+                    opaque = os.getxattr(e.path, OPAQUE, follow_symlinks=False) == b"y"
+                except OSError:
+                    opaque = False
+                entries.append([path, "d", perm, st.st_mtime_ns, 0, opaque])
+                walk(path)
+            elif stat.S_ISREG(mode):
+                if st.st_nlink > 1 and st.st_ino in inodes:
+                    entries.append([path, "h", perm, st.st_mtime_ns, inodes[st.st_ino], False])
+                    continue
+                inodes[st.st_ino] = path
+                with open(e.path, "rb") as f:
+                    data = f.read()
+                chunks.append(data)
+                entries.append([path, "f", perm, st.st_mtime_ns, len(data), False])
+            elif stat.S_ISLNK(mode):
+                entries.append([path, "l", perm, st.st_mtime_ns, os.readlink(e.path), False])
+            elif stat.S_ISCHR(mode) and st.st_rdev == 0:  # a whiteout: deleted from the lower layer
+                entries.append([path, "w", 0, st.st_mtime_ns, 0, False])
+            elif stat.S_ISFIFO(mode):
+                entries.append([path, "p", perm, st.st_mtime_ns, 0, False])
+            else:  # sockets (they need a live process)
+                skipped += 1
+
+    st = os.stat(top)
+    walk("")
+    return {"root": [stat.S_IMODE(st.st_mode), st.st_mtime_ns], "entries": entries, "skipped": skipped}, b"".join(
+        chunks
+    )
+
+
+def _load_tree(top, tree, data, uid):
+    """Recreate `_pack_tree`'s entries under `top` (an empty directory), owned by `uid`; the bytes written."""
+    dirs, offset, made, regular = [], 0, {""}, set()
+    for path, kind, perm, mtime, extra, opaque in tree["entries"]:
+        parent, _, name = path.rpartition("/")
+        if parent not in made or name in ("", ".", "..") or "/" in name or "\0" in path:
+            raise ValueError(f"bad entry {path!r} in a forked tree")
+        host = os.path.join(top, path)
+        if kind == "d":
+            os.mkdir(host, 0o700)
+            if opaque:
+                os.setxattr(host, OPAQUE, b"y")
+            made.add(path)
+            dirs.append((host, perm, mtime))
+            os.lchown(host, uid, uid)
+            continue
+        if kind == "f":
+            fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                view = memoryview(data)[offset : offset + extra]
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            offset += extra
+            regular.add(path)
+        elif kind == "h":
+            if extra not in regular:
+                raise ValueError(f"bad hard link {path!r} in a forked tree")
+            os.link(os.path.join(top, extra), host, follow_symlinks=False)
+            continue
+        elif kind == "l":
+            os.symlink(extra, host)
+        elif kind == "w":
+            os.mknod(host, stat.S_IFCHR | 0o000, os.makedev(0, 0))
+            continue
+        elif kind == "p":
+            os.mkfifo(host, 0o600)
+        else:
+            raise ValueError(f"bad entry kind {kind!r} in a forked tree")
+        os.lchown(host, uid, uid)
+        if kind != "l":
+            os.chmod(host, perm)
+        os.utime(host, ns=(mtime, mtime), follow_symlinks=False)
+    for host, perm, mtime in reversed(dirs):  # after their contents, which touch them
+        os.chmod(host, perm)
+        os.utime(host, ns=(mtime, mtime))
+    perm, mtime = tree["root"]
+    os.chmod(top, perm)
+    os.utime(top, ns=(mtime, mtime))
+    return offset
 
 
 class _Output:
@@ -187,13 +376,18 @@ def _limits(cfg, cpu):
 
 
 class Session:
-    def __init__(self, cfg, cg, workdir, env):
+    def __init__(self, cfg, cg, workdir, env, lowers=None):
         self.cfg = cfg
         self.cg = cg
         self.workdir = workdir
         self.env = env
+        self.lowers = lowers  # None: the task directory is a full copy (no overlay here)
+        self.upper = None  # the directory holding what the episode changed (the overlay's upper, or the copy)
         self.cwd = workdir
         self.exports = ""
+        self.functions = ""  # a fork's functions, defined when bash starts
+        self.written = 0  # bytes of the task's tree written to open the session (0 when the worker holds it)
+        self.written_changes = 0  # bytes of a fork's changed files written
         self.pid = None
         self.pidfd = None
         self.fds = {}
@@ -203,15 +397,48 @@ class Session:
         self.started = False  # whether bash ever ran (then processes of the session may be left to kill)
 
     # -- set up and tear down ---------------------------------------------------------------------------
-    def open(self, files):
+    def open(self, files, key=None, fork=None):
+        """The task directory: an overlay of the cached tree of `key` (unpacked from `files` when not cached) under
+        a fresh tmpfs upper, or a fresh tmpfs filled from `files` (no overlay); `fork`: a parent's state (its tree
+        of changes, working directory, exports, functions). False when the tree is not cached and `files` is None."""
         uid = self.cfg["uid"]
         app = ROOT + self.workdir
+        size = f"size={self.cfg['workdir_mb']}m,mode=755"
+        lower = None
+        if self.lowers is not None:
+            lower, self.written = self.lowers.get(key, files)
+            if lower is None:
+                return False
         if not os.path.isdir(app):
             os.makedirs(app, mode=0o755)  # the root tmpfs is read-only to the session's uid, not to the worker
-        _mount("tmpfs", app, "tmpfs", sw.MS_NOSUID | sw.MS_NODEV, f"size={self.cfg['workdir_mb']}m,mode=755")
-        self.mounts.append(app)
+        if lower is not None:
+            os.makedirs(UPPER, exist_ok=True)
+            _mount("tmpfs", UPPER, "tmpfs", sw.MS_NOSUID | sw.MS_NODEV, size)
+            self.mounts.append(UPPER)
+            self.upper = UPPER + "/u"
+            os.mkdir(self.upper, 0o755)
+            os.mkdir(UPPER + "/w", 0o700)
+            os.chown(self.upper, uid, uid)
+        else:
+            _mount("tmpfs", app, "tmpfs", sw.MS_NOSUID | sw.MS_NODEV, size)
+            self.mounts.append(app)
+            self.upper = app
+        if fork is not None:
+            if fork["tree"].get("overlay", False) != (lower is not None):
+                raise ValueError("a fork between a copy-on-write session and a full copy")
+            self.written_changes = _load_tree(self.upper, fork["tree"], base64.b64decode(fork["data"]), uid)
+            os.chown(self.upper, uid, uid)
+            self.cwd = fork["cwd"] or self.workdir
+            self.exports = fork["exports"]
+            self.functions = fork["functions"]
+        elif lower is None:
+            _unpack(files, app, uid)
+            self.written = _tree_bytes(app)
+        if lower is not None:
+            opts = f"lowerdir={lower},upperdir={self.upper},workdir={UPPER}/w,{OVERLAY_OPTS}"
+            _mount("overlay", app, "overlay", sw.MS_NOSUID | sw.MS_NODEV, opts)
+            self.mounts.append(app)
         self._fresh_tmp()
-        _unpack(files, app, uid)
         if self.cg is not None:
             try:
                 self.run_cg = sw._cgroup_make(self.cg, self.cfg["memory_mb"] << 20)
@@ -223,6 +450,37 @@ class Session:
                 print(f"jgem shell: no cgroup for this session ({e}); memory is polled", file=sys.stderr)
                 self.run_cg = None
         # bash starts at the first command: a session graded untouched never pays for it
+        return True
+
+    def export(self):
+        """This session's state for a fork: the tree of what changed (the overlay's upper, or the whole copy), the
+        working directory, the exported variables and the functions (asked of bash when it runs)."""
+        functions = self.functions
+        if self.pid is not None:
+            res = self._command("declare -f", 10.0, hidden=True, limit=1 << 22)
+            if res["exit_code"] == 0 and not res["omitted"]:
+                functions = res["output"]
+        tree, data = _pack_tree(self.upper)
+        tree["overlay"] = self.upper != ROOT + self.workdir
+        return {
+            "tree": tree,
+            "data": base64.b64encode(data).decode(),
+            "bytes": len(data),
+            "cwd": self.cwd,
+            "exports": self.exports,
+            "functions": functions,
+        }
+
+    def changed(self):
+        """(files, bytes) in the upper layer: what the episode wrote (the whole copy without an overlay)."""
+        n = total = 0
+        for base, _, files in os.walk(self.upper):
+            for name in files:
+                st = os.lstat(os.path.join(base, name))
+                if stat.S_ISREG(st.st_mode):
+                    n += 1
+                    total += st.st_size
+        return {"files": n, "bytes": total}
 
     def _fresh_tmp(self):
         for d, size in (("/tmp", self.cfg["tmpfs_mb"]), ("/dev/shm", self.cfg["tmpfs_mb"])):
@@ -288,8 +546,11 @@ class Session:
         self.started = True
         self.pidfd = os.pidfd_open(pid)
         self.fds = {"out": out_r, "cmd": cmd_w, "st": st_r}
-        if self.exports or self.cwd != self.workdir:  # a restart: the last exported variables come back
-            self._command(self.exports, 10.0, hidden=True)
+        if self.exports or self.cwd != self.workdir or self.functions:  # a restart or a fork: exports come back
+            unset = "unset $(compgen -e) 2>/dev/null\n" if self.exports else ""  # unexported stay unexported
+            restore = f"{unset}{self.exports}\n{self.functions}"
+            self.functions = ""
+            self._command(restore, 10.0, hidden=True)
 
     def _close_fds(self):
         for fd in [*self.fds.values(), self.pidfd]:
@@ -347,9 +608,9 @@ class Session:
             "cwd": self.cwd,
         }
 
-    def _command(self, command, timeout, hidden=False):
+    def _command(self, command, timeout, hidden=False, limit=None):
         start = time.monotonic()
-        out = _Output(self.cfg["max_output"])
+        out = _Output(limit or self.cfg["max_output"])
         status = bytearray()
         with contextlib.suppress(OSError):  # bash is gone: seen below
             os.write(self.fds["cmd"], command.replace("\0", "").encode("utf-8", "replace") + b"\0")
@@ -598,7 +859,10 @@ def _grade_child(cfg, workdir, env, args, out_w, res_w, cg_procs):
 
 def _unpack(data, target, uid):
     """Extract the base64 tar `data` into `target`, owned by `uid` (None: root, readable by all)."""
-    raw = base64.b64decode(data) if data else b""
+    _unpack_raw(base64.b64decode(data) if data else b"", target, uid)
+
+
+def _unpack_raw(raw, target, uid):
     if raw:
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
             if hasattr(tarfile, "data_filter"):
@@ -633,6 +897,7 @@ def main():
         iso["filesystem"] = (
             "read-only system; fresh tmpfs on the task directory, /tmp and /dev/shm per session (and /tmp per test run)"
         )
+    lowers = None
     if ok:
         try:
             _build_root(cfg)
@@ -640,15 +905,25 @@ def main():
         except OSError as e:
             ok = False
             iso["root"] = f"none: building the session root failed ({e.strerror or e})"
+    if ok:
+        why = _probe_overlay() if cfg.get("copy_on_write", True) else "copy_on_write=False"
+        if why is None:
+            lowers = _Lowers(cfg)
+            iso["task_directory"] = (
+                "copy-on-write: an overlay of the task's tree (unpacked once per worker, read-only) under a fresh "
+                f"{cfg['workdir_mb']} MiB tmpfs per session"
+            )
+        else:
+            iso["task_directory"] = f"a full copy per session in a {cfg['workdir_mb']} MiB tmpfs (no overlay: {why})"
     sw._send_all(cfg["fd_out"], {"ready": ok, "isolation": iso, "pid": os.getpid()})
     if not ok:
         return
     session = None
     while True:
-        head = sw._read_exact(cfg["fd_in"], 4)
+        head = _read_exact(cfg["fd_in"], 4)
         if head is None:
             break
-        body = sw._read_exact(cfg["fd_in"], struct.unpack(">I", head)[0])
+        body = _read_exact(cfg["fd_in"], struct.unpack(">I", head)[0])
         if body is None:
             break
         req = json.loads(body)
@@ -657,9 +932,20 @@ def main():
             if op == "open":
                 if session is not None:
                     session.close()
-                session = Session(cfg, cg, req["workdir"], req["env"])
-                session.open(req.get("files"))
-                reply = {"ok": True}
+                session = Session(cfg, cg, req["workdir"], req["env"], lowers)
+                try:
+                    opened = session.open(req.get("files"), req.get("key"), req.get("fork"))
+                except BaseException:
+                    session.close()
+                    session = None
+                    raise
+                if not opened:
+                    session.close()
+                    session = None
+                cached = list(lowers.sizes) if lowers is not None else []
+                reply = {"ok": opened, "need_files": not opened, "lowers": cached}
+                if opened:
+                    reply.update(written=session.written + session.written_changes, changes=session.written_changes)
             elif session is None:
                 reply = {"error": f"no open session for {op!r}"}
             elif op == "run":
@@ -667,6 +953,10 @@ def main():
             elif op == "put":
                 session.put(req["path"], base64.b64decode(req["data"]), req.get("mode", 0o644))
                 reply = {"ok": True}
+            elif op == "export":
+                reply = session.export()
+            elif op == "changed":
+                reply = session.changed()
             elif op == "grade":
                 reply = session.grade(req.get("tests"), req["timeout"], req.get("args", []))
             elif op == "close":

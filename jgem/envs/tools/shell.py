@@ -12,8 +12,9 @@ only the task directory carries over from the episode.
 
 Workers (one process each, holding one session at a time) are kept per configuration in this process and reused by
 the next session, so a session costs a fork of bash, not an interpreter start; the first grading of a worker imports
-pytest, which later gradings inherit. The task's files travel to the worker as a tar (`pack_dir`): the one place a
-copy-on-write copy will replace.
+pytest, which later gradings inherit. The task's files travel to a worker as a tar (`pack_dir`) once: the worker keeps
+the tree unpacked, and each session on it is an overlay whose upper layer holds only what the episode changes (a
+reset copies nothing; `fork` copies the upper layer).
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
+import hashlib
 import io
 import json
 import os
+import select
 import subprocess
 import sys
 import tarfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,8 +66,11 @@ PYTEST_OFF = tuple(
 @dataclass(frozen=True)
 class ShellConfig:
     """Limits of a session. `memory_mb` bounds all the session's processes together (and each one's address space);
-    `workdir_mb` and `tmpfs_mb` the sizes of the task directory and of /tmp (both in memory, so they count towards
-    `memory_mb` too); `cpu_time` each process's CPU seconds."""
+    `workdir_mb` and `tmpfs_mb` the sizes of what an episode may write in the task directory (the overlay's upper
+    layer) and in /tmp (both in memory, so they count towards `memory_mb` too); `cpu_time` each process's CPU
+    seconds. `copy_on_write`: the task directory is an overlay over the task's tree, unpacked once per worker and
+    kept (up to `lower_cache_mb` MiB of trees per worker, least recently used dropped first); False: a full copy per
+    session (as before copy-on-write; the benchmark's peer)."""
 
     command_timeout: float = 30.0
     memory_mb: int = 1024
@@ -73,6 +80,8 @@ class ShellConfig:
     tmpfs_mb: int = 64
     workdir_mb: int = 256
     cpu_time: int = 600
+    copy_on_write: bool = True
+    lower_cache_mb: int = 1024
     isolate_network: bool = True
     env: tuple[tuple[str, str], ...] = SHELL_ENV
 
@@ -156,17 +165,74 @@ class TestReport:
         return text
 
 
-def pack_dir(path: str | os.PathLike | None, files: tuple[tuple[str, str], ...] | None = None) -> bytes:
+class Packed(bytes):
+    """A tar of a task's files (`pack_dir`), with `key`: the hash of its bytes, which names the tree a worker keeps
+    unpacked (so a session on it sends and copies nothing when the worker has it)."""
+
+    key: str
+
+    def __new__(cls, data: bytes, key: str | None = None) -> Packed:
+        obj = super().__new__(cls, data)
+        obj.key = key or _hash(data)
+        return obj
+
+    def __reduce__(self) -> tuple:
+        return (Packed, (bytes(self), self.key))
+
+
+def _hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+_PACKED: dict[tuple, tuple[tuple, Packed]] = {}
+_PACKED_LOCK = threading.Lock()
+MAX_PACKED = 64  # task tars kept in this process
+
+
+def pack_dir(path: str | os.PathLike | None, files: tuple[tuple[str, str], ...] | None = None) -> Packed:
     """The task directory's copy, as a tar: all of `path`, or the (source under `path`, destination) pairs of
-    `files`. The one copy a session's directory is made from (copy-on-write replaces this later)."""
+    `files`. Kept per (directory, files) while no file under them changes (size, time, mode: a walk of `stat`s), so
+    a reset neither reads nor hashes the tree again."""
+    if path is None:
+        return Packed(b"", "0")
+    root = Path(path)
+    pairs = files if files is not None else tuple((p.name, p.name) for p in sorted(root.iterdir()))
+    cache_key = (os.path.realpath(root), pairs)
+    sig = _signature(root, pairs)
+    with _PACKED_LOCK:
+        hit = _PACKED.get(cache_key)
+        if hit is not None and hit[0] == sig:
+            return hit[1]
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        if path is not None:
-            root = Path(path)
-            pairs = files if files is not None else tuple((p.name, p.name) for p in sorted(root.iterdir()))
-            for src, dst in pairs:
-                tar.add(root / src, arcname=dst.strip("/") or ".", filter=_reset_owner)
-    return buf.getvalue()
+        for src, dst in pairs:
+            tar.add(root / src, arcname=dst.strip("/") or ".", filter=_reset_owner)
+    packed = Packed(buf.getvalue())
+    with _PACKED_LOCK:
+        _PACKED.pop(cache_key, None)
+        _PACKED[cache_key] = (sig, packed)
+        while len(_PACKED) > MAX_PACKED:
+            _PACKED.pop(next(iter(_PACKED)))
+    return packed
+
+
+def _signature(root: Path, pairs: tuple[tuple[str, str], ...]) -> tuple:
+    out = []
+    for src, _ in pairs:
+        top = str(root / src)
+        for base, dirs, names in os.walk(top):
+            dirs.sort()
+            for name in [base, *(os.path.join(base, n) for n in sorted(names))]:
+                try:
+                    st = os.lstat(name)
+                except OSError:
+                    continue
+                out.append((name, st.st_size, st.st_mtime_ns, st.st_mode, st.st_ino))
+        if not os.path.isdir(top):
+            with contextlib.suppress(OSError):
+                st = os.lstat(top)
+                out.append((top, st.st_size, st.st_mtime_ns, st.st_mode, st.st_ino))
+    return tuple(out)
 
 
 def _reset_owner(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -195,6 +261,8 @@ class _ShellWorker:
             "max_output": cfg.max_output,
             "tmpfs_mb": cfg.tmpfs_mb,
             "workdir_mb": cfg.workdir_mb,
+            "lower_mb": cfg.lower_cache_mb,
+            "copy_on_write": cfg.copy_on_write,
             "cpu_time": cfg.cpu_time,
             "isolate_network": cfg.isolate_network,
             "env": dict(cfg.env),
@@ -225,11 +293,25 @@ class _ShellWorker:
                 + "; it needs root (mount namespaces, to give the session its own root and task directory)"
             )
         self.isolation: dict[str, str] = hello["isolation"]
+        self.lowers: set[str] = set()  # the keys of the task trees this worker holds unpacked
 
     def _recv(self, timeout: float) -> dict | None:
-        from jgem.envs.tools.sandbox import _SandboxWorker
-
-        return _SandboxWorker._recv(self, timeout)  # type: ignore[arg-type]  (same framing)
+        """One reply (4-byte big-endian length + JSON), read in linear time (a fork's tree can be MiBs); None when the
+        worker is gone or `timeout` passed."""
+        deadline = time.monotonic() + timeout
+        buf = bytearray()
+        need = 4
+        while len(buf) < need:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._rep_r], [], [], left)[0]:
+                return None
+            chunk = os.read(self._rep_r, max(1 << 16, need - len(buf)))
+            if not chunk:
+                return None
+            buf += chunk
+            if need == 4 and len(buf) >= 4:
+                need = 4 + int.from_bytes(buf[:4], "big")
+        return json.loads(bytes(buf[4:need]))
 
     def call(self, req: dict[str, Any], timeout: float) -> dict[str, Any]:
         data = json.dumps(req).encode()
@@ -273,13 +355,17 @@ _IDLE_PID = os.getpid()
 MAX_IDLE = 64  # idle workers kept per configuration
 
 
-def _acquire(cfg: ShellConfig, hide: tuple[str, ...]) -> _ShellWorker:
+def _acquire(cfg: ShellConfig, hide: tuple[str, ...], key: str | None = None) -> _ShellWorker:
+    """An idle worker of this configuration (one holding the tree of `key` first), else a new one."""
     global _IDLE_PID
     with _IDLE_LOCK:
         if os.getpid() != _IDLE_PID:  # a forked process: the idle workers are its parent's
             _IDLE.clear()
             _IDLE_PID = os.getpid()
         idle = _IDLE.get((cfg, hide), [])
+        for i in range(len(idle) - 1, -1, -1):
+            if key in idle[i].lowers and idle[i].alive():
+                return idle.pop(i)
         while idle:
             worker = idle.pop()
             if worker.alive():
@@ -310,8 +396,37 @@ def _close_idle() -> None:
 atexit.register(_close_idle)
 
 
+@dataclass(frozen=True)
+class ShellSnapshot:
+    """A session's state at one moment, for `ShellSession.from_snapshot` (any number of times, in any process): the
+    task's tar (`files`, shared, not copied), the tree of what the episode changed (the overlay's upper layer only),
+    the working directory, the exported variables and the shell functions. Not in it: running processes, unexported
+    variables, shell options, aliases, open file descriptors, /tmp."""
+
+    files: bytes
+    key: str
+    config: ShellConfig
+    workdir: str
+    env: tuple[tuple[str, str], ...]
+    hide: tuple[str, ...]
+    state: dict[str, Any] = field(repr=False)
+
+    @property
+    def cwd(self) -> str:
+        return self.state["cwd"]
+
+    @property
+    def bytes_changed(self) -> int:
+        """Bytes of the regular files in the snapshot's tree (what a session opened from it writes)."""
+        return int(self.state["bytes"])
+
+
 class ShellSession:
-    """A bash session in the sandbox on a writable copy of `files` (a tar from `pack_dir`) at `workdir`.
+    """A bash session in the sandbox on a writable view of `files` (a tar from `pack_dir`) at `workdir`.
+
+    The view is copy-on-write: the worker keeps the task's tree unpacked (once, read-only) and the session writes to
+    an overlay's upper layer, a fresh tmpfs of `config.workdir_mb`. `fork()` gives a second session whose files,
+    working directory and exported variables (and functions) equal this one's now; the two then diverge.
 
     `hide`: host directories the session must not see even where they lie under what it sees (the task sources,
     with their tests and solutions). Close it (or use it as a context manager) to give its worker back.
@@ -325,29 +440,84 @@ class ShellSession:
         workdir: str = "/app",
         env: dict[str, str] | None = None,
         hide: tuple[str, ...] = (),
+        _fork: dict[str, Any] | None = None,
     ) -> None:
         if not workdir.startswith("/") or workdir.rstrip("/") in ("", "/tmp", "/tests", "/proc", "/dev"):
             raise ValueError(f"workdir must be an absolute path of its own, such as /app; got {workdir!r}")
         self.config = config or ShellConfig()
         self.workdir = os.path.normpath(workdir)
         self.hide = tuple(sorted(os.path.realpath(h) for h in hide))
-        self._worker: _ShellWorker | None = _acquire(self.config, self.hide)
-        self.isolation = self._worker.isolation
-        session_env = {**dict(self.config.env), **(env or {})}
+        self.files = files
+        self.key = getattr(files, "key", None) or (_hash(files) if files else "0")
+        self.env = {**dict(self.config.env), **(env or {})}
+        self._worker: _ShellWorker | None = None
+        self.closed = True
+        worker = self._worker = _acquire(self.config, self.hide, self.key)
+        self.isolation = worker.isolation
+        cow = worker.isolation.get("task_directory", "").startswith("copy-on-write")
+        req: dict[str, Any] = {"op": "open", "workdir": self.workdir, "env": self.env, "key": self.key, "fork": _fork}
+        if (cow and self.key not in worker.lowers) or (not cow and _fork is None):
+            req["files"] = base64.b64encode(files).decode()
         try:
-            self._worker.call(
-                {
-                    "op": "open",
-                    "workdir": self.workdir,
-                    "env": session_env,
-                    "files": base64.b64encode(files).decode(),
-                },
-                30.0,
-            )
+            reply = worker.call(req, 60.0)
+            if reply.get("need_files"):  # the worker dropped the tree meanwhile
+                reply = worker.call({**req, "files": base64.b64encode(files).decode()}, 60.0)
         except ShellError:
             self._drop()
             raise
+        worker.lowers = set(reply.get("lowers", ()))
+        self.written: int = int(reply.get("written") or 0)
+        """bytes the opening wrote: the task's tree when this worker did not hold it (or without copy-on-write), and a
+        fork's changed files (`written_changes`)"""
+        self.written_changes: int = int(reply.get("changes") or 0)
         self.closed = False
+
+    def snapshot(self) -> ShellSnapshot:
+        """This session's state now (see `ShellSnapshot`); the session goes on."""
+        state = self._call({"op": "export"}, 30.0)
+        return ShellSnapshot(
+            files=self.files,
+            key=self.key,
+            config=self.config,
+            workdir=self.workdir,
+            env=tuple(self.env.items()),
+            hide=self.hide,
+            state=state,
+        )
+
+    @classmethod
+    def from_snapshot(cls, snapshot: ShellSnapshot) -> ShellSession:
+        """A new session in the state of `snapshot` (on another worker): its changed files copied into a fresh upper
+        layer over the same task tree, bash (started at the first command) in its directory with its exports."""
+        files = snapshot.files
+        if getattr(files, "key", None) != snapshot.key:
+            files = Packed(bytes(files), snapshot.key)
+        return cls(
+            files,
+            config=snapshot.config,
+            workdir=snapshot.workdir,
+            env=dict(snapshot.env),
+            hide=snapshot.hide,
+            _fork=snapshot.state,
+        )
+
+    def fork(self) -> ShellSession:
+        """A second session whose files, working directory, exported variables and functions equal this one's now;
+        from then on each sees only its own writes. Copies only what this episode changed. Running processes,
+        unexported variables, shell options and open file descriptors are not carried (nor /tmp)."""
+        return ShellSession.from_snapshot(self.snapshot())
+
+    def changed(self) -> dict[str, int]:
+        """{"files", "bytes"}: the regular files in the session's upper layer (what the episode has written, with
+        copy-on-write; the whole tree without)."""
+        return self._call({"op": "changed"}, 30.0)
+
+    def _call(self, req: dict[str, Any], timeout: float) -> dict[str, Any]:
+        try:
+            return self._live().call(req, timeout)
+        except ShellError:
+            self._drop()
+            raise
 
     def _live(self) -> _ShellWorker:
         if self._worker is None:
@@ -404,6 +574,7 @@ class ShellSession:
     def close(self) -> None:
         """End the session (every process killed, its directory dropped) and give the worker back. Idempotent."""
         worker, self._worker = self._worker, None
+        self.closed = True
         if worker is None:
             return
         try:
@@ -414,9 +585,7 @@ class ShellSession:
         _release(self.config, self.hide, worker)
 
     def __deepcopy__(self, memo: dict) -> ShellSession:
-        raise NotImplementedError(
-            "a shell session is a live process and cannot be copied (copy-on-write fork is a later step)"
-        )
+        raise NotImplementedError("a shell session is a live process and cannot be deep-copied; use fork()")
 
     def __enter__(self) -> ShellSession:
         return self
