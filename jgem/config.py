@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 import warnings
 from collections.abc import Callable
@@ -612,7 +613,7 @@ def _mesh_errors(cfg: TrainConfig, num_devices: int, name: FieldName) -> list[st
         if learner_devices != num_devices:
             e = f"the learner's mesh (the {learner_devices} devices {name('mesh.rollout_devices')} leaves): {e}"
         return [*errors, str(e)]
-    batch_axes = sizes[0] * sizes[1]
+    batch_axes = math.prod(sizes[:-1])  # data, fsdp (and expert): every axis but tensor
     mb = cfg.learner.micro_batch_size
     if mb is not None and mb % batch_axes:
         errors.append(

@@ -23,7 +23,7 @@ def _fails(argv: list[str], capsys) -> str:
 
 def test_a_misspelled_preset_gets_did_you_mean_and_the_list(capsys) -> None:
     err = _fails(["tinyy", "--steps", "3"], capsys)
-    assert "unknown preset 'tinyy'; did you mean 'tiny' or 'tiny-gamma'?" in err
+    assert "unknown preset 'tinyy'; did you mean 'tiny' or 'tiny-moe' or 'tiny-gamma'?" in err
     presets = "tiny, tiny-gamma, tiny-gamma-1to50, tiny-mastermind, tiny-kuhn-selfplay, qwen3-1.7b-games"
     assert f"{presets}, qwen3-4b-math-python, scaling-inter" in err
     assert len(err.splitlines()) <= 3  # not tyro's forty lines of option suggestions

@@ -47,6 +47,18 @@ def tiny() -> TrainConfig:
     )
 
 
+def tiny_moe() -> TrainConfig:
+    """The demo on a mixture of experts: `tiny`'s run with the `tiny-moe` model and routing replay.
+
+    The model is tiny's shape with every MLP a Qwen3-MoE block (8 experts of width 96, 2 per token, renormalised
+    gates). The rollout engine records each token's experts and the learner replays them (`--learner.routing
+    replay`, the default; `recompute` lets its router choose again), adding the load-balancing loss
+    (`router_aux_loss_coef` 0.001, HF's) and logging `train/aux_loss` and `train/routing_mismatch_frac`. Every other
+    setting is the demo's; it runs in every pipeline mode (`--pipeline.mode sync|off_policy|async|stream`).
+    """
+    return dataclasses.replace(tiny(), run_dir="runs/tiny-moe", model=ModelSpec(preset="tiny-moe"))
+
+
 def tiny_gamma_1to50() -> TrainConfig:
     """The discount-factor experiment, first design: GuessTheNumber 1-50 in 12 turns, a weak teacher's warm start.
 
@@ -216,4 +228,5 @@ PRESETS = {
     "qwen3-1.7b-games": (qwen3_1p7b_games.__doc__.splitlines()[0], qwen3_1p7b_games()),
     "qwen3-4b-math-python": (qwen3_4b_math_python.__doc__.splitlines()[0], qwen3_4b_math_python()),
     "scaling-inter": (scaling_inter.__doc__.splitlines()[0], scaling_inter()),
+    "tiny-moe": (tiny_moe.__doc__.splitlines()[0], tiny_moe()),
 }

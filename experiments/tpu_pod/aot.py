@@ -58,7 +58,7 @@ from jgem.models.config import PRESETS, ModelConfig, preset
 from jgem.models.platform import target_platform
 from jgem.models.transformer import Transformer, scans_layers
 from jgem.rollout.slots import SlotEngine
-from jgem.sharding.config import MeshConfig
+from jgem.sharding.config import BATCH_AXES, MeshConfig
 from jgem.sharding.mesh import batch_axis_size, split_meshes
 from jgem.sharding.publish import Publisher, shard_bytes
 from jgem.sharding.rules import DEFAULT_RULES, batch_sharding, tree_shardings
@@ -101,6 +101,9 @@ class AotConfig:
     remat: bool = True  # rematerialise each decoder block in the backward pass
     attention: str = "auto"  # the model's attention implementation (auto: splash for training on TPU)
     scan_layers: bool | None = None  # the training forward as one scan over the layers (None: as on TPU, scanned)
+    # a mixture of experts under expert parallelism (--mesh.expert): each expert shard's buffer of (token, expert)
+    # pairs at this many times the balanced share (0: the worst case, nothing dropped; jgem.models.moe)
+    expert_capacity_factor: float = 0.0
     # the step's algorithms, one `update` each (`--algorithm ppo grpo`); `all`: every registered one
     algorithm: tuple[AlgorithmName, ...] = ("rebn",)
     gamma: float = 1.0  # the step's discount (as the trainer's --gamma)
@@ -174,6 +177,7 @@ def model_config(cfg: AotConfig) -> ModelConfig:
         remat=cfg.remat,
         attention=cfg.attention,
         scan_layers=cfg.scan_layers,
+        expert_capacity_factor=cfg.expert_capacity_factor,
     )
     if cfg.model in PRESETS:
         return preset(cfg.model, **opts)
@@ -252,9 +256,10 @@ def step_inputs(cfg: AotConfig, mesh, *, critic: bool) -> StepInputs:
 
 def model_flops(mcfg: ModelConfig, tokens: int, seq: int, *, train: bool) -> float:
     """The MFU convention's FLOPs: 2 (forward) or 6 (training) x matmul params x tokens, plus causal attention
-    (q.k and p.v over on average seq/2 keys)."""
+    (q.k and p.v over on average seq/2 keys). A mixture of experts counts the params a token runs through (its k
+    experts of E: `num_active_params`; the same as `num_params` for a dense model)."""
     embed = mcfg.vocab_size * mcfg.hidden_size
-    matmul_params = mcfg.num_params - embed * (0 if mcfg.tie_word_embeddings else 1)  # the lookup is no matmul
+    matmul_params = mcfg.num_active_params - embed * (0 if mcfg.tie_word_embeddings else 1)  # the lookup is no matmul
     attn = 2 * 2 * mcfg.num_layers * mcfg.num_heads * mcfg.head_dim * (seq / 2)
     return (3 if train else 1) * (2 * matmul_params + attn) * tokens
 
@@ -486,6 +491,7 @@ def run(cfg: AotConfig) -> list[dict]:
                 chunk_steps=cfg.chunk_steps,
                 extend_chunk=cfg.extend_chunk,
                 mesh=rollout,
+                batch_axes=BATCH_AXES,  # the slots over (data, fsdp, expert): those the mesh has
                 allocate=False,
             )
             # no remat when sampling: there is no backward pass (and nnx.remat inside decode's while_loop fails

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ROUTING = ("replay", "recompute")  # LearnerConfig.routing: a mixture of experts' routing in the learner
+
 
 @dataclass(frozen=True)
 class LearnerConfig:
@@ -51,6 +53,11 @@ class LearnerConfig:
     correction: str = "none"
     correction_low: float | None = None  # the correction's lower bound on pi_prox / pi_behaviour; None: its default
     correction_high: float | None = None  # its upper bound or cap; None: its default
+    # a mixture of experts' routing in the learner's forwards (update, proximal, reference): "replay" runs each
+    # token through the experts the sampler recorded for it (R3; the router still computes the gates and the
+    # load-balancing loss), "recompute" lets the learner's router choose again. Both log how often the two differ
+    # (train/routing_mismatch_frac). A dense model has no routing: ignored
+    routing: str = "replay"
 
     @property
     def recomputes_proximal(self) -> bool:
@@ -66,6 +73,7 @@ class LearnerConfig:
             (self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size must be >= 1 or None"),
             (self.keep_logits_mb >= 0, f"keep_logits_mb must be >= 0, got {self.keep_logits_mb}"),
             (self.tis_cap is None or self.tis_cap > 0, f"tis_cap must be > 0 or None, got {self.tis_cap}"),
+            (self.routing in ROUTING, f"routing must be one of {', '.join(ROUTING)}, got {self.routing!r}"),
         ]
         for ok, msg in checks:
             if not ok:

@@ -21,8 +21,9 @@ from jgem.algos import corrections, losses
 from jgem.algos.config import LearnerConfig
 from jgem.algos.critic import critic_values
 from jgem.algos.types import TrainBatch
-from jgem.models.head import token_logprobs
+from jgem.models.head import token_logprobs, token_logprobs_routed  # noqa: F401 (token_logprobs: re-exported)
 from jgem.models.lora import trainable
+from jgem.models.moe import routing_mismatch
 from jgem.registry import Registry
 from jgem.sharding.rules import (
     DEFAULT_RULES,
@@ -234,9 +235,13 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
     With several `policies` (the batch's `adapter_ids`), the sum and the denominator are per policy ([P]), each
     aggregated over that policy's tokens alone; the loss differentiated is their sum, and since an adapter's
     output depends only on its own tokens, adapter p's gradient is that of its own sum (the caller divides it by
-    its own denominator)."""
+    its own denominator).
+
+    A mixture of experts (the batch's `expert_ids`) replays the recorded routing with `cfg.routing` "replay", adds
+    `router_aux_loss_coef` x its load-balancing loss (weighted by the denominator, so the accumulated gradient is the
+    micro-batches' aux losses averaged as the loss is) and counts the recorded choices its router would not make."""
     model = nnx.merge(graphdef, params, model_state)
-    logp, entropy = token_logprobs(
+    logp, entropy, routing = token_logprobs_routed(
         model,
         batch.tokens,
         batch.positions,
@@ -245,6 +250,7 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         temperature=cfg.temperature,
         keep_logits_mb=cfg.keep_logits_mb,
         adapter_ids=batch.adapter_ids,
+        expert_ids=replayed(batch.expert_ids, cfg),
     )
     mask = batch.loss_mask
     per_token, clipped = losses.POLICY_LOSSES.get(cfg.policy_loss)(logp, batch, cfg)
@@ -275,6 +281,16 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         sums, denom = (jnp.stack(x) for x in zip(*map(agg, mine)))
         loss_sum = sums.sum()
         per_policy = {"policy_loss": sg(sums), "policy_tokens": jnp.stack([k.sum() for k in mine]).astype(jnp.float32)}
+    if model.cfg.sparse_layers:  # a mixture of experts: its load-balancing loss
+        aux = routing.aux_loss()
+        coef = model.cfg.router_aux_loss_coef
+        if coef:
+            loss_sum = loss_sum + coef * aux * sg(denom)
+        per_policy["aux_loss"] = sg(aux * denom)
+    if batch.expert_ids is not None:  # and the recorded routing against its router's own choice
+        recorded = jnp.moveaxis(batch.expert_ids, 2, 0)  # [M, B, T, k], as the model routes
+        mismatches, choices = routing_mismatch(recorded, routing.top_ids)
+        per_policy |= {"routing_mismatches": mismatches, "routing_choices": choices}
     metric_sums = per_policy | {
         "pg_loss": sg(per_token * m).sum(),
         "entropy": sg(entropy * m).sum(),
@@ -294,6 +310,14 @@ def policy_loss(params, model_state, graphdef, batch: TrainBatch, cfg: LearnerCo
         "logprob_diff_max": jnp.where(mask, jnp.abs(d), 0.0).max(),
     }
     return loss_sum, (denom, metric_sums)
+
+
+def replayed(expert_ids: jax.Array | None, cfg: LearnerConfig) -> jax.Array | None:
+    """The routing a policy forward replays: a batch's recorded `expert_ids` [B, T, M, k] as the model takes them
+    ([M, B, T, k]) with `cfg.routing` "replay"; None (the router chooses) with "recompute" or a dense model."""
+    if expert_ids is None or cfg.routing != "replay":
+        return None
+    return jnp.moveaxis(expert_ids, 2, 0)
 
 
 def critic_loss(params, critic_state, graphdef, batch: TrainBatch, cfg: LearnerConfig):
@@ -383,9 +407,15 @@ def _optimizer_step(state: TrainState, mb: TrainBatch) -> tuple[TrainState, dict
     grads = jax.tree.map(lambda g: g / (d if d.ndim == 0 else _per_policy(d, g)), acc["g"])
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(grad_norm)
-    plain = ("tokens", "loss", "logprob_diff_max", "policy_loss", "policy_tokens")
+    plain = ("tokens", "loss", "logprob_diff_max", "policy_loss", "policy_tokens", "aux_loss")
+    plain += ("routing_mismatches", "routing_choices")
     metrics = {k: v / jnp.maximum(acc["m"]["tokens"], 1.0) for k, v in acc["m"].items() if k not in plain}
     metrics["logprob_diff_max"] = acc["m"]["logprob_diff_max"]
+    if "aux_loss" in acc["m"]:  # a mixture of experts: its load-balancing loss
+        metrics["aux_loss"] = acc["m"]["aux_loss"] / d
+    if "routing_choices" in acc["m"]:  # and its router against the recorded routing
+        choices = acc["m"]["routing_choices"]
+        metrics["routing_mismatch_frac"] = acc["m"]["routing_mismatches"] / jnp.maximum(choices, 1.0)
     metrics["grad_norm"] = grad_norm
     keep = None  # with several policies: which policies' params and moments this step updates
     if state.policies == 1:
@@ -469,7 +499,13 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
         # run): PPO's ratio is taken against them, and the registered correction weighs or drops each token by
         # pi_prox / pi_behaviour (`jgem.algos.corrections`)
         lp0 = policy_logprobs(
-            state, state.params, batch.tokens, batch.positions, batch.segment_ids, adapter_ids=batch.adapter_ids
+            state,
+            state.params,
+            batch.tokens,
+            batch.positions,
+            batch.segment_ids,
+            adapter_ids=batch.adapter_ids,
+            expert_ids=batch.expert_ids,
         )
         whole_batch_mismatch = _mismatch(lp0, batch.old_logprobs, batch.loss_mask)
         batch, corrected = corrections.correct(batch, lp0, cfg)
@@ -488,6 +524,8 @@ def apply_update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict
     # the whole batch's when a correction already computed the learner's log-probs of every token there
     first = {k: metrics.pop(k)[0, 0] for k in ("logprob_diff_mean", "logprob_diff_max", "sampler_kl")}
     first = whole_batch_mismatch or first
+    if "routing_mismatch_frac" in metrics:  # the router against the record at the sampling params, as the above
+        first["routing_mismatch_frac"] = metrics.pop("routing_mismatch_frac")[0, 0]
     # a skipped step's metrics are inf/nan: average the applied steps (nan if none), count the skipped
     applied = metrics["skipped"] == 0
     n_applied = applied.sum()
@@ -538,17 +576,23 @@ def rowwise(fn, arrays: tuple[jax.Array, ...], rows: int | None, mesh: Mesh | No
     return jax.lax.stop_gradient(jnp.swapaxes(out, 0, 1).reshape(B, T))  # _split's layout, undone
 
 
-def policy_logprobs(state: TrainState, params: Any, tokens, positions, segment_ids, adapter_ids=None) -> jax.Array:
+def policy_logprobs(
+    state: TrainState, params: Any, tokens, positions, segment_ids, adapter_ids=None, *, expert_ids=None
+) -> jax.Array:
     """f32[B, T] log-probs of the tokens under the policy with `params` (the state's, or its reference's), a
-    micro-batch of rows at a time, no gradient; each token under its policy's adapter (`adapter_ids`) with several."""
+    micro-batch of rows at a time, no gradient; each token under its policy's adapter (`adapter_ids`) with several,
+    and (a mixture of experts with routing "replay") through its recorded experts (`expert_ids` [B, T, M, k])."""
     cfg = state.cfg
     model = nnx.merge(state.graphdef, params, state.model_state)
+    several, replay = adapter_ids is not None, replayed(expert_ids, cfg) is not None
 
-    def one(tok, pos, seg, ids=None):
+    def one(tok, pos, seg, *rest):
         kw = dict(chunk_size=cfg.logprob_chunk_size, temperature=cfg.temperature, keep_logits_mb=0.0)
-        return token_logprobs(model, tok, pos, seg, adapter_ids=ids, **kw)[0]
+        ids = rest[0] if several else None
+        experts = replayed(rest[-1], cfg) if replay else None
+        return token_logprobs_routed(model, tok, pos, seg, adapter_ids=ids, expert_ids=experts, **kw)[0]
 
-    arrays = (tokens, positions, segment_ids) + (() if adapter_ids is None else (adapter_ids,))
+    arrays = (tokens, positions, segment_ids) + ((adapter_ids,) if several else ()) + ((expert_ids,) if replay else ())
     return rowwise(one, arrays, cfg.micro_batch_size, state.mesh)
 
 

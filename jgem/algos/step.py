@@ -48,6 +48,9 @@ class StepInputs:
     policy_ids i32[E] | None                  and each episode's; the estimator's statistics (ReBN's mean and std, a
                                               group's baseline) are then per policy, so every policy's advantages are
                                               those of a batch of its own episodes
+    expert_ids i32[B, T, M, k] | None         a mixture of experts (only): each token's recorded experts in its M
+                                              sparse layers (-1: none), replayed by the policy's forwards with
+                                              `LearnerConfig.routing` "replay"
     """
 
     tokens: jax.Array
@@ -68,6 +71,7 @@ class StepInputs:
     bootstrap_episode: jax.Array | None = None
     adapter_ids: jax.Array | None = None
     policy_ids: jax.Array | None = None
+    expert_ids: jax.Array | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,9 @@ class StepSpec:
 
 def reference_logprobs(state: TrainState, sb: StepInputs) -> jax.Array:
     """f32[B, T] log-probs of the batch's tokens under the frozen reference policy."""
-    return policy_logprobs(state, state.ref_params, sb.tokens, sb.positions, sb.segment_ids, sb.adapter_ids)
+    return policy_logprobs(
+        state, state.ref_params, sb.tokens, sb.positions, sb.segment_ids, sb.adapter_ids, expert_ids=sb.expert_ids
+    )
 
 
 def values(state: TrainState, tokens, positions, segment_ids) -> jax.Array:
@@ -123,7 +129,7 @@ def prepare(state: TrainState, sb: StepInputs, spec: StepSpec) -> TrainBatch:
     if spec.advantage is None:  # supervised: every action token counts once, nothing else is needed
         adv = _on_tokens(sb.turn_mask.astype(jnp.float32), sb.loss_mask, sb)
         batch = TrainBatch(sb.tokens, sb.positions, sb.segment_ids, sb.loss_mask, adv, sb.old_logprobs)
-        return batch.replace(adapter_ids=sb.adapter_ids)
+        return batch.replace(adapter_ids=sb.adapter_ids, expert_ids=sb.expert_ids)
     ref = reference_logprobs(state, sb) if state.ref_params is not None else None
     options: dict = {}
     critic = state.critic_params is not None
@@ -169,6 +175,7 @@ def prepare(state: TrainState, sb: StepInputs, spec: StepSpec) -> TrainBatch:
         sb.old_logprobs,
         ref_logprobs=ref,
         adapter_ids=sb.adapter_ids,
+        expert_ids=sb.expert_ids,
     )
     if critic:
         batch = batch.replace(

@@ -27,6 +27,9 @@ class TrainBatch:
                                importance weights min(pi_prox / pi_behaviour, cap)); 0 off the loss
     adapter_ids[B, T] i32      each token's LoRA adapter (policy) in a model with several (None: one policy); the
                                loss is then normalised per policy, so each adapter's gradient is its own episodes'
+    expert_ids[B, T, M, k] i32 a mixture of experts' recorded routing: each token's experts in each of the M sparse
+                               layers when the sampler fed it (-1: no record); replayed with routing "replay"
+                               (None: a dense model)
     """
 
     tokens: jax.Array
@@ -42,6 +45,7 @@ class TrainBatch:
     sampler_logprobs: jax.Array | None = None
     is_weights: jax.Array | None = None
     adapter_ids: jax.Array | None = None
+    expert_ids: jax.Array | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -82,6 +86,11 @@ class TrainBatch:
             x = getattr(self, name)
             if x is not None and tuple(x.shape) != tuple(self.tokens.shape):
                 raise ValueError(f"TrainBatch.{name} has shape {x.shape}, expected {self.tokens.shape} like tokens")
+        if self.expert_ids is not None and (self.expert_ids.ndim != 4 or self.expert_ids.shape[:2] != self.shape):
+            raise ValueError(
+                f"TrainBatch.expert_ids has shape {self.expert_ids.shape}, expected [B, T, M, k] with "
+                f"[B, T] = {self.shape} like tokens"
+            )
         needs_critic = [n for n in ("returns", "values", "value_mask") if getattr(self, n) is not None]
         if needs_critic and len(needs_critic) != 3:
             raise ValueError(f"TrainBatch critic fields must be given together; got only {needs_critic}")

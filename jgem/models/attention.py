@@ -287,7 +287,7 @@ def splash_attention(q: Array, k_t: Array, v: Array, mask: Mask) -> Array:
         from jax.sharding import PartitionSpec as P
 
         batch, rows = [], 1
-        for a in ("data", "fsdp"):
+        for a in ("data", "fsdp", "expert"):  # the batch axes (expert: a mixture of experts' mesh)
             if a in mesh.shape and b % (rows * mesh.shape[a]) == 0:
                 batch.append(a)
                 rows *= mesh.shape[a]

@@ -120,6 +120,10 @@ class ModelConfig:
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
     router_aux_loss_coef: float = 0.001  # the load-balancing loss's weight in the learner's loss (HF's default)
+    # expert parallelism (a mesh with an `expert` axis, jgem.models.moe): each expert shard's buffer of (token, expert)
+    # pairs holds capacity x (its share under perfect balance) rows; pairs past it are dropped and counted
+    # (`Routing.dropped`). 0 (the default): the buffer holds the worst case, nothing is ever dropped
+    expert_capacity_factor: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "remat", remat_name(self.remat))
@@ -156,6 +160,9 @@ class ModelConfig:
         c = self.router_aux_loss_coef
         if isinstance(c, bool) or not isinstance(c, int | float) or not 0 <= c < math.inf:
             raise ValueError(f"router_aux_loss_coef is {c!r}; it must be a finite number >= 0")
+        cf = self.expert_capacity_factor
+        if isinstance(cf, bool) or not isinstance(cf, int | float) or not 0 <= cf < math.inf:
+            raise ValueError(f"expert_capacity_factor is {cf!r}; use 0 (never drop) or a capacity factor > 0")
         if not e:
             return
         k = whole("num_experts_per_tok", 1)
@@ -396,6 +403,19 @@ def _qwen2(**kw: Any) -> ModelConfig:
     return ModelConfig(**{**base, **kw})
 
 
+# the demo / test model's shape (tiny), shared by its mixture-of-experts twin (tiny-moe)
+_TINY = dict(
+    vocab_size=1024,
+    hidden_size=128,
+    intermediate_size=384,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    tie_word_embeddings=True,
+    max_position_embeddings=4096,
+)
+
 PRESETS: dict[str, ModelConfig] = {
     # Published shapes (the HF config.json of each model).
     "qwen3-0.6b": _qwen3(
@@ -458,16 +478,16 @@ PRESETS: dict[str, ModelConfig] = {
         hidden_size=3072, intermediate_size=8192, num_layers=28, num_heads=24, num_kv_heads=8, head_dim=128, **_LLAMA32
     ),
     # The demo / test model (~0.9M params); vocab matches the repo's tiny tokenizer budget.
-    "tiny": _qwen3(
-        vocab_size=1024,
-        hidden_size=128,
-        intermediate_size=384,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
+    "tiny": _qwen3(**_TINY),
+    # The demo's model as a mixture of experts (Qwen3-MoE): every layer sparse, 2 of 8 experts of width 96 per token
+    # (the active MLP half of tiny's 384), renormalised gates; for routing replay's CLI runs and tests
+    "tiny-moe": _qwen3(
+        **_TINY,
+        family="qwen3_moe",
+        num_experts=8,
+        num_experts_per_tok=2,
+        moe_intermediate_size=96,
+        norm_topk_prob=True,
     ),
     "tiny-qwen2": _qwen2(
         vocab_size=1024,

@@ -28,10 +28,10 @@ import jax.numpy as jnp
 import numpy as np
 
 if TYPE_CHECKING:
-    from jgem.models.transformer import Transformer
+    from jgem.models.transformer import Routing, Transformer
 
 Array = jax.Array
-__all__ = ["token_logprobs", "vocab_logprobs"]
+__all__ = ["token_logprobs", "token_logprobs_routed", "vocab_logprobs"]
 
 
 def token_logprobs(
@@ -55,7 +55,37 @@ def token_logprobs(
     take at most `keep_logits_mb` MB: then they are computed in one piece and the backward pass reuses them.
     Differentiable. `adapter_ids` i32[B, T]: each token's LoRA adapter (policy), for a model with several.
     """
-    h, _ = model.hidden(tokens, positions, segment_ids=segment_ids, adapter_ids=adapter_ids)
+    lp, ent, _ = token_logprobs_routed(
+        model,
+        tokens,
+        positions,
+        segment_ids,
+        chunk_size=chunk_size,
+        temperature=temperature,
+        keep_logits_mb=keep_logits_mb,
+        adapter_ids=adapter_ids,
+    )
+    return lp, ent
+
+
+def token_logprobs_routed(
+    model: Transformer,
+    tokens: Array,
+    positions: Array,
+    segment_ids: Array | None = None,
+    *,
+    chunk_size: int = 1024,
+    temperature: float = 1.0,
+    keep_logits_mb: float = 0.0,
+    adapter_ids: Array | None = None,
+    expert_ids: Array | None = None,
+) -> tuple[Array, Array, Routing]:
+    """`token_logprobs` and the forward's `Routing` (a mixture of experts' sparse layers: the experts each token
+    ran, the router's own top-k, the load-balancing statistics; empty for a dense model). `expert_ids`
+    int32[M, B, T, k]: a recorded routing to replay (`Transformer.hidden_routed`; -1: the router's own choice)."""
+    h, _, routing = model.hidden_routed(
+        tokens, positions, segment_ids=segment_ids, adapter_ids=adapter_ids, expert_ids=expert_ids
+    )
     b, t, d = h.shape
     h_prev = jnp.concatenate([jnp.zeros((b, 1, d), h.dtype), h[:, :-1]], axis=1)  # h_prev[t] predicts tokens[t]
     first = jnp.arange(t)[None, :] == 0
@@ -74,7 +104,7 @@ def token_logprobs(
     lp, ent = vocab_logprobs(hf, tf, w, temperature, chunk=c, vocab_major=vocab_major, keep_logits=keep)
     lp = lp[:n].reshape(b, t)
     ent = ent[:n].reshape(b, t)
-    return jnp.where(valid, lp, 0.0), jnp.where(valid, ent, 0.0)
+    return jnp.where(valid, lp, 0.0), jnp.where(valid, ent, 0.0), routing
 
 
 def vocab_logprobs(

@@ -60,7 +60,7 @@ DEFAULT_RULES: dict[str, tuple[str, ...]] = {
     "kv_heads": ("tensor",),
     "mlp": ("tensor",),
     "head_dim": (),
-    "expert": (),  # replicated until expert parallelism
+    "expert": ("expert",),  # expert parallelism (a mesh with an expert axis); replicated on meshes without one
 }
 
 _ST_DTYPES = {

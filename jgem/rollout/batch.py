@@ -40,12 +40,16 @@ class Segment:
     turn_of: np.ndarray  # i32[L]: the turn of each action token and value position, -1 elsewhere
     episode: int  # index into the episodes list
     turns: tuple[int, ...]  # transition indices inside the episode
+    # a mixture of experts' recorded routing of each token (int32[L, M, k], -1 where none); None: not recorded
+    routes: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
 class PackedBatch:
     """`arrays`: the token-level [B, T] inputs of the device step (`jgem.algos.step`): tokens, positions,
     segment_ids, loss_mask, old_logprobs, value_mask and adapter_ids (each token's episode's policy, 0 on padding);
+    with `routing` (a mixture of experts) also expert_ids int32[B, T, M, k] (each token's recorded experts in every
+    sparse layer; -1 on padding and on tokens without a record, which the learner's router then picks);
     `placement[s] = (row, start, length)` of segment s (in `segments` order); `metrics`: padding fraction, shape
     and token counts.
     `token_episode[B, T]` / `token_turn[B, T]` (i32, -1 elsewhere): the episode index and turn of every action
@@ -106,8 +110,10 @@ def _build(ep: Episode, e: int, turns: list[int]) -> Segment:
         # offsets into the stream (Episode checked that the actions sit there and each prompt extends the last)
         tok = ep.stream[: last.prompt_len + last.action_ids.size].astype(np.int32)  # a copy
         marks = [(k, ep.transitions[k].prompt_len) for k in turns]
+        routes = None if ep.routes is None else ep.routes[: tok.size]
     else:  # transitions that own their prompts: chat view only if each prompt extends the previous one
         tokens: list[np.ndarray] = []
+        pieces: list[tuple[np.ndarray | None, int]] = []  # each turn's routing of what it adds to the row, its size
         length = 0
         for k in turns:
             t, prompt = ep.transitions[k], ep.prompt_ids(k)
@@ -122,8 +128,16 @@ def _build(ep: Episode, e: int, turns: list[int]) -> Segment:
             tokens.append(prompt[length:])
             marks.append((k, prompt.size))
             tokens.append(t.action_ids)
-            length = prompt.size + t.action_ids.size
+            end = prompt.size + t.action_ids.size
+            pieces.append((None if t.routes is None else t.routes[length:end], end - length))
+            length = end
         tok = np.concatenate(tokens).astype(np.int32)
+        routes = None
+        shape = next((p.shape[1:] for p, _ in pieces if p is not None), None)
+        if shape is not None:  # a turn without a record (a teacher's): -1, its tokens' own routing
+            routes = np.concatenate([np.full((n, *shape), -1, np.int32) if p is None else p for p, n in pieces])
+            if last.routes is not None:  # a turn's last action token, fed only in the next turn's segment
+                routes = np.where(routes < 0, last.routes[: routes.shape[0]], routes)
     L = tok.size
     loss_mask = np.zeros(L, bool)
     lp = np.zeros(L, np.float32)
@@ -136,7 +150,7 @@ def _build(ep: Episode, e: int, turns: list[int]) -> Segment:
         lp[start:end] = t.action_logprobs
         vmask[start - 1] = True  # the critic scores the last prompt token of each turn
         turn_of[start - 1 : end] = k
-    return Segment(tok, loss_mask, lp, vmask, turn_of, e, tuple(turns))
+    return Segment(tok, loss_mask, lp, vmask, turn_of, e, tuple(turns), routes)
 
 
 def choose_length(longest: int, buckets: tuple[int, ...]) -> int:
@@ -177,8 +191,11 @@ def build_batch(
     batch_divisor: int = 1,
     row_buckets: tuple[int, ...] | None = None,
     packing: bool = True,
+    routing: tuple[int, int] | None = None,
 ) -> PackedBatch:
-    """Pack `episodes` into fixed-shape token arrays; see the module docstring for the layout.
+    """Pack `episodes` into fixed-shape token arrays; see the module docstring for the layout. `routing` (M, k): a
+    mixture of experts' M sparse layers and k experts per token: the arrays then hold each token's recorded routing,
+    `expert_ids` int32[B, T, M, k] (-1 where the episodes hold none).
 
     Rows are padded to a multiple of `batch_divisor` (e.g. the data-parallel device count times the
     micro-batch count), then up to the smallest of `row_buckets` that holds them, if given, so the
@@ -217,6 +234,7 @@ def build_batch(
     token_episode = np.full((B, T), -1, np.int32)
     token_turn = np.full((B, T), -1, np.int32)
     adapter_ids = np.zeros((B, T), np.int32)
+    expert_ids = None if routing is None else np.full((B, T, *routing), -1, np.int32)
     next_id = np.ones(B, np.int32)
     # number segments left to right within each row
     for i in sorted(range(len(segments)), key=lambda i: where[i]):
@@ -231,9 +249,18 @@ def build_batch(
         token_turn[r, s : s + n] = seg.turn_of
         adapter_ids[r, s : s + n] = episodes[seg.episode].policy
         token_episode[r, s : s + n] = np.where(seg.turn_of >= 0, seg.episode, -1)
+        if expert_ids is not None and seg.routes is not None:
+            if seg.routes.shape[1:] != tuple(routing):
+                raise ValueError(
+                    f"episode {episodes[seg.episode].episode_id} records routes of shape {seg.routes.shape[1:]} per "
+                    f"token; the model routes [M, k] = {tuple(routing)}"
+                )
+            expert_ids[r, s : s + n] = seg.routes
 
     arrays = {"tokens": tokens, "positions": positions, "segment_ids": segment_ids} | out
     arrays["adapter_ids"] = adapter_ids
+    if expert_ids is not None:
+        arrays["expert_ids"] = expert_ids
     real = int(sum(lengths))
     metrics = {
         "batch/rows": float(B),

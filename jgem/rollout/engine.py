@@ -166,6 +166,8 @@ class RolloutEngine:
                 f"its pool has {pool.num_envs} envs; every process needs the same env.num_envs, a multiple of its "
                 "devices on the mesh's batch axes"
             )
+        # a mixture of experts: every fed token's experts are recorded on its stream's segment (routing replay)
+        self.slots.record_routes = bool(model_cfg.sparse_layers)
         self.stats = RolloutStats()
         self._finished: dict[tuple[int, int], Episode] = {}  # (stream, episode id) -> episode, until taken
         self._drop_work()
@@ -404,6 +406,10 @@ class RolloutEngine:
         self._resets: list[tuple[int, int | None]] = []  # env commands the tasks asked for, sent together
         self._sends: list[tuple[int, str]] = []
         self._forks: list[tuple[int, int]] = []  # (source slot, fork's slot), copied before the next programs
+        # a group's shared first prompt: (holder's segment, peer's segment, positions), whose routing (a mixture of
+        # experts) is copied once the holder's is read
+        self._route_copies: list[tuple[StreamSegment, StreamSegment, int]] = []
+        self.slots.forget_routes()  # routing records of dropped streams
         for t in dropped:  # coroutines dropped mid-episode are closed (no "never awaited"), whatever their code does
             with contextlib.suppress(Exception):
                 t.coro.close()
@@ -664,7 +670,8 @@ class RolloutEngine:
                 stream.prefix_key = None
         else:
             stream.cached, stream.prefix_key = 0, None
-        stream.segment = StreamSegment(tokens)
+        # the kept prefix's routing (a mixture of experts) as it was recorded when those tokens were fed
+        stream.segment = stream.segment.copy(tokens, keep=stream.cached)
 
     def _fork(self, unit: _Unit, stream: Stream, *, episode_id: int | None) -> Stream:
         if stream.waiter is not None or stream.slot < 0:
@@ -678,7 +685,7 @@ class RolloutEngine:
         child = dataclasses.replace(
             stream,
             slot=slot,
-            segment=StreamSegment(stream.tokens),
+            segment=stream.segment.copy(),  # its tokens and their recorded routing (a mixture of experts)
             episode_id=stream.episode_id if spec is None else spec.episode_id,
             action=[],
             logprobs=[],
@@ -744,6 +751,8 @@ class RolloutEngine:
                 src = holders.get((ep.prefix_key, shard(i)))
                 if src is not None and src != i:
                     copies.append((src, i))
+                    if self.slots.record_routes:  # the copied prefix's routing too, once the holder's is read
+                        self._route_copies.append((self._live[src].segment, ep.segment, len(todo)))
                     self.stats.shared_prefix_tokens += len(todo)
                     todo = []
                 else:
@@ -781,9 +790,12 @@ class RolloutEngine:
         handle, rows = dispatched
         out = self.slots.fetch(handle)
         self.stats.decode_rows += rows * max((len(t) for t, _ in out), default=0)
+        routes = self._read_routes(handle)
         ended = []
-        for i, (toks, lps) in zip(slots, out):
+        for n, (i, (toks, lps)) in enumerate(zip(slots, out)):
             ep = self._live[i]
+            if routes is not None:  # the tokens this chunk fed, from the stream's last (at len - 1) on
+                ep.segment.record(len(ep.tokens) - 1, routes[n])
             self.stats.decode_active += len(toks)
             ep.action += toks.tolist()
             ep.logprobs += lps.tolist()
@@ -802,3 +814,18 @@ class RolloutEngine:
         for task, action in ended:
             self._resume(task, action)
         self._flush_env()
+
+    def _read_routes(self, handle: Any) -> list[np.ndarray] | None:
+        """A mixture of experts' routing records (routing replay): the tokens prefilled since the last read and the
+        group prefixes copied from them, onto their streams' segments; returns the decode chunk's per slot (None for
+        a dense model)."""
+        if not self.slots.record_routes:
+            return None
+        for slot, start, ids in self.slots.prefill_routes():
+            self._live[slot].segment.record(start, ids)
+        copies, self._route_copies = self._route_copies, []
+        for src, dst, n in copies:
+            held = src.routes_upto(n)
+            if held is not None:
+                dst.record(0, held)
+        return self.slots.fetch_routes(handle)

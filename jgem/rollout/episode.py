@@ -9,6 +9,11 @@ appended: a closing token for a truncated action, then the observation), so the 
 linear in the episode's length, not quadratic in its turns.
 Per-turn view: every prompt is a fresh template, so each transition owns it (`prompt_ids`) and there is no stream.
 `Episode.prompt_ids(k)` gives turn k's prompt in both views.
+A mixture of experts' rollouts also record each token's routing (routing replay): int32[L, M, k], the experts the
+token ran in each of the M sparse layers when the sampler fed it, -1 for a token it never fed (an action's last
+token when nothing followed it). It rides beside the tokens it describes: `Episode.routes` beside `stream`,
+`Transition.routes` beside a transition's own `prompt_ids` and its `action_ids`. None for a dense model (and for a
+scripted teacher's episodes).
 """
 
 from __future__ import annotations
@@ -21,6 +26,14 @@ import numpy as np
 
 def _ids(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.int32).reshape(-1)
+
+
+def _routes(x: Any, n: int, who: str, what: str) -> np.ndarray:
+    """A routing record checked: int32[n, M, k] for the n tokens of `what`."""
+    x = np.asarray(x, dtype=np.int32)
+    if x.ndim != 3 or x.shape[0] != n:
+        raise ValueError(f"{who}: routes of shape {x.shape}; a mixture of experts records [{n}, M, k] for {what}")
+    return x
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,9 @@ class Transition:
     prompt_ids: np.ndarray | None = None  # per-turn view only: this turn's own prompt (a fresh template)
     # the policy version (updates applied) that sampled each action token; None: not recorded (scripted teachers)
     versions: np.ndarray | None = None
+    # a mixture of experts' routing of prompt_ids then action_ids (a transition that owns its prompt): int32[
+    # prompt_len + action_ids.size, M, k], -1 where not recorded; None: dense, or the episode's `routes` hold it
+    routes: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.prompt_len = int(self.prompt_len)
@@ -73,6 +89,13 @@ class Transition:
                 )
         if self.prompt_len < 1:
             raise ValueError(f"transition {self.episode_id}/{self.turn} has an empty prompt")
+        if self.routes is not None:
+            self.routes = _routes(
+                self.routes,
+                self.prompt_len + self.action_ids.size,
+                f"transition {self.episode_id}/{self.turn}",
+                "its prompt and action",
+            )
         self.reward = float(self.reward)
 
 
@@ -101,6 +124,9 @@ class Episode:
     opponent: int | None = None
     # the policy that played it: its LoRA adapter, in a model with several (`--rollout.policies`; 0 otherwise)
     policy: int = 0
+    # a mixture of experts' routing of each `stream` token (int32[stream.size, M, k], -1 where not recorded; module
+    # docstring); None: dense, no stream, or not recorded
+    routes: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.next_prompt is not None:
@@ -109,6 +135,12 @@ class Episode:
             self.stream = np.asarray(self.stream, dtype=np.int32)
             if self.stream.ndim != 1:
                 raise ValueError(f"episode {self.episode_id}: stream must be 1-D, got shape {self.stream.shape}")
+        if self.routes is not None:
+            if self.stream is None:
+                raise ValueError(
+                    f"episode {self.episode_id}: routes without a stream; a turn's own go on its transition"
+                )
+            self.routes = _routes(self.routes, self.stream.size, f"episode {self.episode_id}", "its stream")
         end = 0  # where the previous stream turn's action ends
         for k, t in enumerate(self.transitions):
             if t.episode_id != self.episode_id:

@@ -156,7 +156,8 @@ def extend(
     layout: Layout, graphdef, full: bool, window: int, params, cache: SlotCache, rows, tokens, starts, counts, adapters
 ) -> SlotCache:
     """Prefill tokens[R, T] (the first counts[r] of each row) at positions starts[r]... of slots `rows`, each row
-    with its LoRA adapter `adapters[r]` (a model with several; ignored otherwise)."""
+    with its LoRA adapter `adapters[r]` (a model with several; ignored otherwise). A mixture of experts also returns
+    each prefilled token's experts in every sparse layer, int32[R, T, M, k] (routing replay's record)."""
     _traced()
     model = nnx.merge(graphdef, params)
     rows = None if full else rows
@@ -164,8 +165,12 @@ def extend(
     t = jnp.arange(tokens.shape[1], dtype=jnp.int32)
     positions = starts[:, None] + t[None, :]
     seg = (t[None, :] < counts[:, None]).astype(jnp.int32)
-    _, sub = model.hidden(tokens, positions, segment_ids=seg, cache=sub, adapter_ids=adapters)
-    return layout.put(cache, rows, sub)
+    if not model.cfg.sparse_layers:  # a dense model: the program it always was
+        _, sub = model.hidden(tokens, positions, segment_ids=seg, cache=sub, adapter_ids=adapters)
+        return layout.put(cache, rows, sub)
+    _, sub, routing = model.hidden_routed(tokens, positions, segment_ids=seg, cache=sub, adapter_ids=adapters)
+    ids = layout.constrain(jnp.transpose(routing.expert_ids, (1, 2, 0, 3)), layout.rows_sharding)
+    return layout.put(cache, rows, sub), ids
 
 
 @partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))
@@ -195,7 +200,9 @@ def decode(
     eos,
 ):
     """Up to `steps` decode steps over the generating slots, `size` rows per shard (all rows when that is the
-    whole shard). Returns (cache, state, tokens int32[R, steps], log-probs f32[R, steps], the rows' new state)."""
+    whole shard). Returns (cache, state, tokens int32[R, steps], log-probs f32[R, steps], the rows' new state), and
+    for a mixture of experts the experts of the token each step fed, int32[R, steps, M, k] (-1 where a row did not
+    feed one): the routing of the forward that sampled the step's token, routing replay's record."""
     _traced()
     model = nnx.merge(graphdef, params)
     rows = None if size * layout.shards == state.shape[0] else layout.live_rows(state, size)
@@ -208,10 +215,19 @@ def decode(
     run = jnp.where(stream >= 0, fold(run, jnp.maximum(stream, 0)), run)  # a step's stream, or the key itself
     base = fold(fold(run, episode), turn)  # one key per (episode, turn)
 
+    moe = bool(model.cfg.sparse_layers)
+
     def body(c):
-        i, sub, last, pos, ntok, active, toks, lps = c
+        i, sub, last, pos, ntok, active, toks, lps, *routes = c
         seg = active[:, None].astype(jnp.int32)
-        h, sub = model.hidden(last[:, None], pos[:, None], segment_ids=seg, cache=sub, adapter_ids=adapter)
+        if moe:  # the fed token's experts, recorded at its step
+            h, sub, routing = model.hidden_routed(
+                last[:, None], pos[:, None], segment_ids=seg, cache=sub, adapter_ids=adapter
+            )
+            fed = jnp.where(active[:, None, None], jnp.transpose(routing.expert_ids[:, :, 0], (1, 0, 2)), -1)
+            routes = [jax.lax.dynamic_update_slice(routes[0], fed[:, None], (0, i, 0, 0))]
+        else:
+            h, sub = model.hidden(last[:, None], pos[:, None], segment_ids=seg, cache=sub, adapter_ids=adapter)
         logits = model.logits(h)[:, 0]
         tok, lp = sample_logits(logits, fold(base, ntok), temperature, top_p, top_k, greedy)
         tok = jnp.where(active, tok, layout.pad_id)
@@ -220,7 +236,7 @@ def decode(
         lps = jax.lax.dynamic_update_slice(lps, lp[:, None], (0, i))
         ntok = ntok + active
         stop = jnp.any(tok[:, None] == eos[None, :], axis=1) | (ntok >= limit)
-        return (i + 1, sub, jnp.where(active, tok, last), pos + active, ntok, active & ~stop, toks, lps)
+        return (i + 1, sub, jnp.where(active, tok, last), pos + active, ntok, active & ~stop, toks, lps, *routes)
 
     started = (live > 0) & (ntok < limit)
     init = (
@@ -233,14 +249,18 @@ def decode(
         jnp.full((n, steps), layout.pad_id, jnp.int32),
         jnp.zeros((n, steps), jnp.float32),
     )
+    if moe:
+        m, k = len(model.cfg.sparse_layers), model.cfg.num_experts_per_tok
+        init += (jnp.full((n, steps, m, k), -1, jnp.int32),)
     quota = (jnp.sum(started) + STOP_FRACTION - 1) // STOP_FRACTION
 
     def more(c):  # steps left, a slot still generating, and fewer than `quota` stopped since the chunk began
         return (c[0] < steps) & jnp.any(c[5]) & (jnp.sum(started & ~c[5]) < quota)
 
-    _, sub, last, pos, ntok, active, toks, lps = jax.lax.while_loop(more, body, init)
+    _, sub, last, pos, ntok, active, toks, lps, *routes = jax.lax.while_loop(more, body, init)
     mine = jnp.stack([last, pos, ntok, limit, episode, turn, active.astype(jnp.int32), stream, adapter], axis=1)
-    return layout.put(cache, rows, sub), layout.put_state(state, rows, mine), toks, lps, mine
+    out = (layout.put(cache, rows, sub), layout.put_state(state, rows, mine), toks, lps, mine)
+    return out + tuple(layout.constrain(r, layout.rows_sharding) for r in routes)
 
 
 @partial(jax.jit, static_argnums=(0,), donate_argnums=(1,))

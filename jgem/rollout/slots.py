@@ -163,6 +163,10 @@ class SlotEngine:
         self._mirror = np.zeros((self.num_local_slots, STATE_COLUMNS), np.int32)
         self.adapter = np.zeros(self.num_local_slots, np.int32)  # each slot's LoRA adapter (policy): `set_adapter`
         self._unread: tuple | None = None
+        # a mixture of experts' prefill routing not read yet (kept only with `record_routes`, which the rollout
+        # engine sets): (ids on the device, [(slot, row, start, count)])
+        self.record_routes = False
+        self._prefill_routes: list[tuple[Any, list[tuple[int, int, int, int]]]] = []
         self._eos = jnp.asarray(self.eos_ids)
         self._scalars: dict[Sampling, tuple] = {}
         self._traces = 0
@@ -229,7 +233,14 @@ class SlotEngine:
                 args = [self._global(x) for x in (rows, tokens, starts, counts, adapters)]
                 full = size == self.per_shard
                 window = self._window(end)
-                self.cache = self._run(programs.extend, self.layout, graphdef, full, window, state, self.cache, *args)
+                out = self._run(programs.extend, self.layout, graphdef, full, window, state, self.cache, *args)
+                if self.cfg.sparse_layers:  # a mixture of experts: the prefilled tokens' experts, read later
+                    self.cache, ids = out
+                    if self.record_routes:
+                        put = [(s, int(i), p, min(length, t.size)) for (s, t, p), i in zip(group, where)]
+                        self._prefill_routes.append((ids, put))
+                else:
+                    self.cache = out
             todo = rest
 
     def decode(
@@ -268,7 +279,7 @@ class SlotEngine:
             self._send(want, changed, next_pow2(k))
         size = min(_bucket_size(max(1, need)), self.per_shard)
         where = self._where(slots, size)
-        self.cache, self.state, toks, lps, rows = self._run(
+        self.cache, self.state, toks, lps, rows, *routes = self._run(
             programs.decode,
             self.layout,
             graphdef,
@@ -282,13 +293,13 @@ class SlotEngine:
             *self._sampling(sampling),
             self._eos,
         )
-        handle = (toks, lps, rows, where, want[slots, NTOK], slots)
+        handle = (toks, lps, rows, where, want[slots, NTOK], slots, routes[0] if routes else None)
         self._unread = handle
         return handle, len(self.local_shards) * size
 
     def fetch(self, handle: Any) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per slot of a `decode` call, in its order: (tokens, log-probs) sampled in that chunk."""
-        toks, lps, rows, where, ntok, slots = handle
+        toks, lps, rows, where, ntok, slots, _ = handle
         toks, lps, rows = (self._local(x) for x in (toks, lps, rows))
         if handle is self._unread:
             self._mirror[slots] = rows[where]
@@ -296,10 +307,35 @@ class SlotEngine:
         new = rows[where, NTOK] - ntok
         return [(toks[r, :k], lps[r, :k]) for r, k in zip(where, new)]
 
+    def fetch_routes(self, handle: Any) -> list[np.ndarray] | None:
+        """Per slot of a `decode` call (after `fetch`), a mixture of experts' routing of the tokens the chunk fed:
+        int32[n, M, k] for its n new tokens (the token fed at each step: the slot's last token before the chunk,
+        then each sampled token but the last). None for a dense model."""
+        toks, _, rows, where, ntok, _, routes = handle
+        if routes is None:
+            return None
+        routes, rows = self._local(routes), self._local(rows)
+        new = rows[where, NTOK] - ntok
+        return [routes[r, :k] for r, k in zip(where, new)]
+
+    def forget_routes(self) -> None:
+        """Drop the prefill routing not read yet (the rollout engine's streams were dropped)."""
+        self._prefill_routes = []
+
+    def prefill_routes(self) -> list[tuple[int, int, np.ndarray]]:
+        """A mixture of experts' routing of the tokens `extend` prefilled since the last call: (slot, start,
+        int32[n, M, k] for the n tokens at positions start...), in the order they were prefilled (waits for them)."""
+        out = []
+        pending, self._prefill_routes = self._prefill_routes, []
+        for ids, where in pending:
+            ids = self._local(ids)
+            out += [(s, p, ids[i, :k]) for s, i, p, k in where]
+        return out
+
     def _read_back(self) -> None:
         """Brings the mirror up to date with the last chunk (waiting for it) when its handle was not fetched."""
         if self._unread is not None:
-            _, _, rows, where, _, slots = self._unread
+            _, _, rows, where, _, slots, _ = self._unread
             self._mirror[slots] = self._local(rows)[where]
             self._unread = None
 

@@ -94,12 +94,43 @@ register_workflow = WORKFLOWS.register
 
 
 class StreamSegment:
-    """A run of tokens that one stream holds from one position 0: the stream's tokens until it starts a new one."""
+    """A run of tokens that one stream holds from one position 0: the stream's tokens until it starts a new one.
+    With a mixture of experts, `routes` holds the experts each position's token ran in every sparse layer when the
+    engine fed it (prefilled, or fed by a decode step): int32[>= positions recorded, M, k], -1 where nothing fed
+    the position (the last sampled token), None for a dense model (routing replay's record, `routes_upto`)."""
 
-    __slots__ = ("tokens",)
+    __slots__ = ("routes", "tokens")
 
-    def __init__(self, tokens: Sequence[int]) -> None:
+    def __init__(self, tokens: Sequence[int], routes: np.ndarray | None = None) -> None:
         self.tokens = list(tokens)
+        self.routes = routes
+
+    def record(self, start: int, ids: np.ndarray) -> None:
+        """The routing int32[n, M, k] of the tokens at positions start .. start + n - 1."""
+        n = len(ids)
+        if not n:
+            return
+        end = start + n
+        if self.routes is None or self.routes.shape[0] < end:
+            grown = np.full((max(end, 2 * (0 if self.routes is None else self.routes.shape[0])), *ids.shape[1:]), -1)
+            if self.routes is not None:
+                grown[: self.routes.shape[0]] = self.routes
+            self.routes = grown.astype(np.int32)
+        self.routes[start:end] = ids
+
+    def routes_upto(self, n: int) -> np.ndarray | None:
+        """The routing of positions 0 .. n - 1 (int32[n, M, k], -1 where none was recorded), or None (dense)."""
+        if self.routes is None:
+            return None
+        if self.routes.shape[0] >= n:
+            return self.routes[:n]
+        return np.concatenate([self.routes, np.full((n - self.routes.shape[0], *self.routes.shape[1:]), -1, np.int32)])
+
+    def copy(self, tokens: Sequence[int] | None = None, keep: int | None = None) -> StreamSegment:
+        """A new segment (of `tokens`, default these) with this one's routing of its first `keep` positions
+        (default all)."""
+        routes = None if self.routes is None else self.routes[: self.routes.shape[0] if keep is None else keep].copy()
+        return StreamSegment(self.tokens if tokens is None else tokens, routes)
 
 
 @dataclass(eq=False)
@@ -161,6 +192,13 @@ class Generation:
         """The tokens the action was sampled after."""
         return np.asarray(self.segment.tokens[: self.prompt_len], np.int32)
 
+    @property
+    def routes(self) -> np.ndarray | None:
+        """A mixture of experts' recorded routing of the prompt and the action (int32[prompt_len + len(ids), M, k]:
+        each token's experts in every sparse layer when the engine fed it; -1 for a token not fed yet, as the
+        action's last), or None (a dense model)."""
+        return self.segment.routes_upto(self.prompt_len + len(self.ids))
+
 
 @dataclass
 class _Turn:
@@ -212,11 +250,12 @@ class Trajectory:
         prompts extend each other into one row (`jgem.rollout.batch.extending_runs`): a segment trains as its own
         sample, with the exact ids its actions were sampled after."""
         s = self.spec
-        stream = None
+        stream = routes = None
         arrays: dict[int, np.ndarray] = {}
         if self.turns and not self.own_prompts and self._one_stream():
             last = self.turns[-1].action
             stream = np.asarray(last.segment.tokens[: last.prompt_len + len(last.ids)], np.int32)
+            routes = last.routes
         policies = sorted({t.action.adapter for t in self.turns})
         if len(policies) > 1:
             raise ValueError(
@@ -226,12 +265,13 @@ class Trajectory:
         transitions = []
         for k, t in enumerate(self.turns):
             a = t.action
-            prompt = None
+            prompt = own_routes = None
             if stream is None:
                 if id(a.segment) not in arrays:
                     arrays[id(a.segment)] = np.asarray(a.segment.tokens, np.int32)
                 seg = arrays[id(a.segment)]
                 prompt = seg[: a.prompt_len]  # a view: the episode's memory stays linear in its tokens
+                own_routes = a.routes  # a view of the segment's record too
             transitions.append(
                 Transition(
                     s.episode_id,
@@ -244,6 +284,7 @@ class Trajectory:
                     info=t.info,
                     versions=np.asarray(a.versions, np.int32),
                     prompt_ids=prompt,
+                    routes=own_routes,
                 )
             )
         return Episode(
@@ -261,6 +302,7 @@ class Trajectory:
             outcome=self.outcome,
             opponent=self.opponent,
             policy=policies[0] if policies else 0,
+            routes=routes,
         )
 
     def _one_stream(self) -> bool:

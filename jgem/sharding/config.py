@@ -1,4 +1,5 @@
-"""MeshConfig: the device mesh's axis sizes (data, fsdp, tensor); plain data, light to import."""
+"""MeshConfig: the device mesh's axis sizes (data, fsdp, tensor, and expert for a mixture of experts); plain data,
+light to import."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 AXES = ("data", "fsdp", "tensor")
+# a mesh with expert parallelism (MeshConfig.expert > 1): `expert` between the batch axes and `tensor`, so tensor
+# keeps the innermost (fastest) links and the experts' all-gather / reduce-scatter the next ones
+EP_AXES = ("data", "fsdp", "expert", "tensor")
+BATCH_AXES = ("data", "fsdp", "expert")  # the axes that split the rows (those the mesh has)
 
 
 @dataclass(frozen=True)
@@ -28,10 +33,19 @@ class MeshConfig:
     rollout_fsdp: int = 1
     rollout_tensor: int = 1
     """the sampler's tensor axis (KV heads split over it)"""
+    expert: int = 1
+    """expert parallelism (a mixture of experts, jgem.models.moe): the experts split over this axis, which also splits
+    the rows (as fsdp) and the other weights' `embed` dimension; 1 (the default): no `expert` axis in the mesh"""
+    rollout_expert: int = 1
+    """the sampler's expert axis, with --mesh.rollout-devices"""
 
     def rollout(self) -> MeshConfig:
         """The sampler's mesh axes (with `rollout_devices`)."""
-        return MeshConfig(self.rollout_data, self.rollout_fsdp, self.rollout_tensor)
+        return MeshConfig(self.rollout_data, self.rollout_fsdp, self.rollout_tensor, expert=self.rollout_expert)
+
+    def axis_names(self) -> tuple[str, ...]:
+        """The mesh's axes: (data, fsdp, tensor), with `expert` before tensor when `expert` is not 1."""
+        return AXES if self.expert == 1 else EP_AXES
 
     def split_errors(self, num_devices: int) -> list[str]:
         """What is wrong with the split of `num_devices` devices (empty when there is none, or it is sound)."""
@@ -54,26 +68,28 @@ class MeshConfig:
             return [f"the sampler's mesh (--mesh.rollout-*): {e}"]
         return []
 
-    def resolve(self, num_devices: int) -> tuple[int, int, int]:
-        """Axis sizes for `num_devices` devices, or a ValueError saying which sizes would work."""
-        sizes = [self.data, self.fsdp, self.tensor]
+    def resolve(self, num_devices: int) -> tuple[int, ...]:
+        """Axis sizes for `num_devices` devices, in `axis_names()` order (the batch axes first, tensor last), or a
+        ValueError saying which sizes would work."""
+        names = self.axis_names()
+        sizes = [getattr(self, a) for a in names]
         fill = [i for i, s in enumerate(sizes) if s == -1]
-        bad = [(a, s) for a, s in zip(AXES, sizes) if s == 0 or s < -1]
+        bad = [(a, s) for a, s in zip(names, sizes) if s == 0 or s < -1]
         if bad:
             raise ValueError(f"mesh axis {bad[0][0]} has size {bad[0][1]}; use a positive size or -1 (fill)")
         if len(fill) > 1:
-            raise ValueError(f"only one mesh axis may be -1, got {[AXES[i] for i in fill]}; give the others sizes")
+            raise ValueError(f"only one mesh axis may be -1, got {[names[i] for i in fill]}; give the others sizes")
         fixed = math.prod(s for s in sizes if s != -1)
         if fill:
             if num_devices % fixed:
                 raise ValueError(
-                    f"mesh {dict(zip(AXES, sizes))}: {num_devices} devices are not divisible by the fixed axes' "
+                    f"mesh {dict(zip(names, sizes))}: {num_devices} devices are not divisible by the fixed axes' "
                     f"product {fixed}; make the fixed axes multiply to a divisor of {num_devices}"
                 )
             sizes[fill[0]] = num_devices // fixed
         elif fixed != num_devices:
             raise ValueError(
-                f"mesh {dict(zip(AXES, sizes))} needs {fixed} devices but {num_devices} are available; "
-                f"make data*fsdp*tensor = {num_devices} or set one axis to -1"
+                f"mesh {dict(zip(names, sizes))} needs {fixed} devices but {num_devices} are available; "
+                f"make {'*'.join(names)} = {num_devices} or set one axis to -1"
             )
         return tuple(sizes)

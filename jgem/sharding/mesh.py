@@ -1,4 +1,4 @@
-"""Device meshes (data, fsdp, tensor) and multi-host initialisation."""
+"""Device meshes (data, fsdp, tensor; expert with expert parallelism) and multi-host initialisation."""
 
 from __future__ import annotations
 
@@ -22,13 +22,14 @@ from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jgem.sharding.config import AXES, MeshConfig
+from jgem.sharding.config import BATCH_AXES, MeshConfig
 
 log = logging.getLogger(__name__)
 
 
 def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None, *, any_devices: bool = False) -> Mesh:
-    """A `Mesh` with axes (data, fsdp, tensor) over `devices` (default: all, across processes).
+    """A `Mesh` with axes (data, fsdp, tensor) over `devices` (default: all, across processes); with `cfg.expert` > 1
+    (data, fsdp, expert, tensor).
 
     Without a config every device goes to `data` (pure data parallelism). `any_devices`: the devices may be any
     subset (a side of a split), laid out in id order where they form no box of the slice.
@@ -49,7 +50,8 @@ def make_mesh(cfg: MeshConfig | None = None, devices: list | None = None, *, any
             # host): jax cannot lay rings over it; the devices in id order
             log.warning("mesh %s over %d devices in id order: %s", shape, len(devices), str(e).splitlines()[0][:200])
             dev_array = np.asarray(sorted(devices, key=lambda d: d.id), dtype=object).reshape(shape)
-    return Mesh(dev_array, AXES, axis_types=(AxisType.Auto,) * len(AXES))
+    names = cfg.axis_names()
+    return Mesh(dev_array, names, axis_types=(AxisType.Auto,) * len(names))
 
 
 def split_meshes(cfg: MeshConfig | None = None, devices: list | None = None) -> tuple[Mesh, Mesh]:
@@ -526,8 +528,8 @@ def replicated(mesh: Mesh):
 
 
 def batch_axis_size(mesh: Mesh) -> int:
-    """Number of shards of the batch dimension (data * fsdp)."""
-    return mesh.shape["data"] * mesh.shape["fsdp"]
+    """Number of shards of the batch dimension (data * fsdp, times expert where the mesh has it)."""
+    return int(np.prod([mesh.shape[a] for a in BATCH_AXES if a in mesh.shape]))
 
 
 def _on_tpu_vm() -> bool:

@@ -1,7 +1,8 @@
 """Logical axis names -> mesh axes: one rules table, and functions that place params, optimizer state and batches.
 
 Params carry logical names in their nnx metadata (`out_sharding`, e.g. ("embed", "mlp")). A rule maps each
-logical name to a mesh axis (or a tuple of axes, or None: replicated). The batch is sharded over (data, fsdp).
+logical name to a mesh axis (or a tuple of axes, or None: replicated). The batch is sharded over (data, fsdp), and
+`expert` where the mesh has it (expert parallelism: jgem.models.moe); a mesh axis a mesh lacks is left out.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from jgem.sharding.config import BATCH_AXES
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
@@ -26,10 +29,23 @@ DEFAULT_RULES: Rules = (
     ("head_dim", None),
     ("lora", None),  # a LoRA adapter's rank axis: a few columns, replicated (its other axis shards as its weight's)
     ("adapters", None),  # several policies' adapters stacked (LoraConfig.adapters): a few, replicated
-    ("expert", None),  # a mixture of experts' leading axis (jgem.models.moe): replicated until expert parallelism
+    ("expert", "expert"),  # a mixture of experts' leading axis (jgem.models.moe): split over the expert mesh axis
     ("layers", None),
     ("norm", None),
 )
+# on a mesh with an `expert` axis (expert parallelism) the default rules become these (`mesh_rules`): the axis splits
+# the rows and the dense weights' `embed` as fsdp does (an expert weight's `embed` keeps fsdp: `expert` is taken by
+# its leading dim)
+EP_RULES: Rules = tuple(
+    (name, {"batch": BATCH_AXES, "embed": ("fsdp", "expert")}.get(name, axes)) for name, axes in DEFAULT_RULES
+)
+
+
+def mesh_rules(rules: Rules, mesh) -> Rules:
+    """`rules` for `mesh`: the default rules on a mesh with an `expert` axis are `EP_RULES`; others as they are."""
+    if rules == DEFAULT_RULES and mesh is not None and not getattr(mesh, "empty", False) and "expert" in mesh.shape:
+        return EP_RULES
+    return rules
 
 
 def logical_names(var: nnx.Variable) -> tuple | None:
@@ -67,7 +83,7 @@ def _axis_size(mesh: Mesh, axes) -> int:
     if axes is None:
         return 1
     axes = (axes,) if isinstance(axes, str) else axes
-    return int(np.prod([mesh.shape[a] for a in axes]))
+    return int(np.prod([mesh.shape[a] for a in axes if a in mesh.shape]))
 
 
 def check_divisible(shape: Sequence[int], spec: P, mesh: Mesh, what: str) -> None:
@@ -83,14 +99,15 @@ def check_divisible(shape: Sequence[int], spec: P, mesh: Mesh, what: str) -> Non
 
 
 def canonical_spec(spec: P, mesh) -> P:
-    """`spec` without the mesh axes of size 1 (they split nothing), and `P()` where nothing is left: the form jax
+    """`spec` without the mesh axes of size 1 (they split nothing) or absent from the mesh (`expert` on a mesh without
+    expert parallelism), and `P()` where nothing is left: the form jax
     gives a program's outputs, so a train state placed this way comes back from a step with the same shardings and
     the next step reuses the compiled program (placed as P('tensor', 'fsdp') on a mesh where both axes are 1, the
     state came back as P() and the second step compiled the update again)."""
     out = []
     for axes in spec:
         axes_t = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
-        axes_t = tuple(a for a in axes_t if mesh.shape[a] > 1)
+        axes_t = tuple(a for a in axes_t if mesh.shape.get(a, 1) > 1)
         out.append(None if not axes_t else (axes_t[0] if len(axes_t) == 1 else axes_t))
     while out and out[-1] is None:
         out.pop()
@@ -108,12 +125,15 @@ def tree_shardings(tree, mesh: Mesh, rules: Rules = DEFAULT_RULES):
     and on abstract trees (ShapeDtypeStruct or tracers) inside jit.
     """
 
+    rules = mesh_rules(rules, mesh)
+
     def leaf_sharding(path, x):
         if isinstance(x, nnx.Variable):
             value = x.get_value() if hasattr(x, "get_value") else x.value
             spec = logical_to_spec(logical_names(x), rules)
+            spec = canonical_spec(spec, mesh)
             check_divisible(np.shape(value), spec, mesh, f"param {_path_str(path)} {tuple(logical_names(x) or ())}")
-            return x.replace(NamedSharding(mesh, canonical_spec(spec, mesh)))
+            return x.replace(NamedSharding(mesh, spec))
         return NamedSharding(mesh, P())
 
     return jax.tree_util.tree_map_with_path(leaf_sharding, tree, is_leaf=lambda x: isinstance(x, nnx.Variable))
@@ -148,21 +168,31 @@ def constrain_tree(tree, mesh: Mesh | None, rules: Rules = DEFAULT_RULES):
     return jax.lax.with_sharding_constraint(tree, tree_shardings(tree, mesh, rules))
 
 
-def batch_spec(ndim: int = 2) -> P:
-    return P(("data", "fsdp"), *([None] * (ndim - 1)))
+def batch_axes(mesh=None) -> tuple[str, ...]:
+    """The mesh axes that split the rows: (data, fsdp), and `expert` where `mesh` (default: the mesh in context,
+    `jax.set_mesh`) has it."""
+    mesh = jax.sharding.get_abstract_mesh() if mesh is None else mesh
+    has_expert = not getattr(mesh, "empty", False) and "expert" in mesh.shape
+    return tuple(a for a in BATCH_AXES if a != "expert" or has_expert)
+
+
+def batch_spec(ndim: int = 2, mesh=None) -> P:
+    """Rows over the batch axes (`batch_axes(mesh)`), everything else replicated."""
+    return P(batch_axes(mesh), *([None] * (ndim - 1)))
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
-    """Rows over (data, fsdp), everything else replicated."""
-    return NamedSharding(mesh, batch_spec(ndim))
+    """Rows over (data, fsdp) (and expert), everything else replicated."""
+    return NamedSharding(mesh, batch_spec(ndim, mesh))
 
 
 def check_batch_size(batch_size: int, mesh: Mesh, what: str = "batch_size") -> None:
-    n = mesh.shape["data"] * mesh.shape["fsdp"]
+    axes = batch_axes(mesh)
+    n = int(np.prod([mesh.shape[a] for a in axes]))
     if batch_size % n:
         raise ValueError(
-            f"{what} {batch_size} is not divisible by {n} devices on mesh axes (data, fsdp) "
-            f"= ({mesh.shape['data']}, {mesh.shape['fsdp']}); use a multiple of {n}"
+            f"{what} {batch_size} is not divisible by {n} devices on mesh axes ({', '.join(axes)}) "
+            f"= ({', '.join(str(mesh.shape[a]) for a in axes)}); use a multiple of {n}"
         )
 
 
@@ -194,7 +224,7 @@ def constrain(x: jax.Array, names: Sequence[str | None], rules: Rules = DEFAULT_
     if mesh.empty:
         return x
     out = []
-    for size, axes in zip(x.shape, tuple(logical_to_spec(names, rules)) + (None,) * x.ndim):
+    for size, axes in zip(x.shape, tuple(logical_to_spec(names, mesh_rules(rules, mesh))) + (None,) * x.ndim):
         axes_t = () if axes is None else ((axes,) if isinstance(axes, str) else tuple(axes))
         kept, n = [], 1
         for a in axes_t:

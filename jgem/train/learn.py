@@ -56,6 +56,11 @@ class Learner:
         # this process's share of the [E, ...] episode arrays' shards (E is padded to a multiple of it)
         self.episode_divisor = max(1, batch_axis_size(mesh) // len(learners))
         self.ckpt: Checkpointer | None = None
+        # a mixture of experts: (sparse layers M, experts per token k) of the recorded routing each batch carries
+        model_cfg = state.model().cfg
+        self.routing = (
+            (len(model_cfg.sparse_layers), model_cfg.num_experts_per_tok) if model_cfg.sparse_layers else None
+        )
 
     # -- checkpoints of the state -------------------------------------------------------------------
 
@@ -141,6 +146,7 @@ class Learner:
             pad_id=self.pad_id,
             buckets=cfg.batch_buckets,
             batch_divisor=self.batch_divisor,
+            routing=self.routing,
         )
         d = self.batch_divisor
         rows = lambda a: bucket(math.ceil(a["tokens"].shape[0] / d), cfg.batch_rows_per_doubling) * d
@@ -161,6 +167,11 @@ class Learner:
         host = {k: pad(packed.arrays[k], rows_, T_) for k in names}
         host["token_episode"] = pad(glob(packed.token_episode), rows_, T_, -1)
         host["token_turn"] = pad(packed.token_turn, rows_, T_, -1)
+        if self.routing is not None:  # each token's recorded experts (-1: none, padding too)
+            x = packed.arrays["expert_ids"]
+            host["expert_ids"] = np.pad(
+                x, [(0, rows_ - x.shape[0]), (0, T_ - x.shape[1]), (0, 0), (0, 0)], constant_values=-1
+            )
         for k in ("tokens", "positions", "segment_ids") if critic else ():
             host[f"bootstrap_{k}"] = pad(boot[k], rows_b, T_b)
         if critic:
