@@ -491,12 +491,19 @@ class Session:
             if os.path.isdir(target):
                 _mount("tmpfs", target, "tmpfs", sw.MS_NOSUID | sw.MS_NODEV, f"size={size}m,mode=1777")
                 self.mounts.append(target)
+                back = []
                 for p in self.cfg["expose"]:  # an interpreter under /tmp: bound back (read-only) over the tmpfs
                     p = os.path.realpath(p)
                     if _under(p, d) and p != d and os.path.isdir(p):
                         os.makedirs(ROOT + p, mode=0o755, exist_ok=True)
                         _mount(p, ROOT + p, None, sw.MS_BIND | sw.MS_REC)
                         _libc.mount(b"none", (ROOT + p).encode(), None, sw.MS_REMOUNT | sw.MS_BIND | sw.MS_RDONLY, None)
+                        back.append(p)
+                for h in self.cfg.get("hide", ()):  # and what `hide` covers there, covered again (as `_build_root`)
+                    h = os.path.realpath(h)
+                    if any(_under(h, p) for p in back) and os.path.isdir(ROOT + h):
+                        _mount("tmpfs", ROOT + h, "tmpfs", sw.MS_NOSUID | sw.MS_NODEV, "size=4k,mode=755")
+                        _libc.mount(b"none", (ROOT + h).encode(), None, sw.MS_REMOUNT | sw.MS_BIND | sw.MS_RDONLY, None)
 
     def _procs_fd(self):
         if self.run_cg is None:
