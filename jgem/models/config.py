@@ -403,7 +403,7 @@ def _qwen2(**kw: Any) -> ModelConfig:
     return ModelConfig(**{**base, **kw})
 
 
-# the demo / test model's shape (tiny), shared by its mixture-of-experts twin (tiny-moe)
+# the demo / test model's shape (tiny), shared by its Qwen2 and mixture-of-experts twins (tiny-qwen2, tiny-moe)
 _TINY = dict(
     vocab_size=1024,
     hidden_size=128,
@@ -489,17 +489,7 @@ PRESETS: dict[str, ModelConfig] = {
         moe_intermediate_size=96,
         norm_topk_prob=True,
     ),
-    "tiny-qwen2": _qwen2(
-        vocab_size=1024,
-        hidden_size=128,
-        intermediate_size=384,
-        num_layers=4,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=32,
-        tie_word_embeddings=True,
-        max_position_embeddings=4096,
-    ),
+    "tiny-qwen2": _qwen2(**_TINY),
     "tiny-llama": ModelConfig(
         **{
             **_LLAMA32,
