@@ -16,7 +16,8 @@ import pytest
 from jgem.envs.swe import build
 from jgem.envs.swe.mutations import KINDS, Mutation, find_mutations
 
-pytestmark = pytest.mark.xdist_group("terminal")  # the sandbox's shell workers, shared with the terminal env's tests
+# the sandbox's shell workers, shared with the terminal env's tests; scheduled early (the group is ~30 s)
+pytestmark = [pytest.mark.xdist_group("terminal"), pytest.mark.slow]
 
 SOURCE = '''"""A small library."""
 
