@@ -24,7 +24,7 @@ from jgem.rollout.batch import build_batch
 from jgem.rollout.episode import Episode, Transition
 from tests.train_utils import small_config
 
-pytestmark = [pytest.mark.xdist_group("routing-replay"), pytest.mark.slow]  # scheduled early: ~12 s
+pytestmark = pytest.mark.xdist_group("routing-replay")
 
 MOE = "test-moe-micro"
 PRESETS.setdefault(

@@ -68,6 +68,7 @@ def run(mesh_cfg: MeshConfig | None, **kw):
 
 MESHES = {
     "expert2-data4": MeshConfig(data=4, expert=2),
+    "expert4-fsdp2": MeshConfig(fsdp=2, expert=4),
     "expert2-fsdp2-tensor2": MeshConfig(fsdp=2, expert=2, tensor=2),
     "expert8": MeshConfig(expert=8),  # one expert per device, fewer than k = 2
 }

@@ -16,8 +16,7 @@ import pytest
 from jgem.envs.swe import build
 from jgem.envs.swe.mutations import KINDS, Mutation, find_mutations
 
-# the sandbox's shell workers, shared with the terminal env's tests; scheduled early (the group is ~30 s)
-pytestmark = [pytest.mark.xdist_group("terminal"), pytest.mark.slow]
+pytestmark = pytest.mark.xdist_group("terminal")  # the sandbox's shell workers, shared with the terminal env's tests
 
 SOURCE = '''"""A small library."""
 

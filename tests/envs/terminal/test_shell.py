@@ -13,7 +13,6 @@ from jgem.envs.tools.shell import ShellConfig, ShellSession, pack_dir
 
 pytestmark = [
     pytest.mark.xdist_group("terminal"),
-    pytest.mark.slow,  # the group is one worker's unit of ~30 s: scheduled early, with the other slow ones
     pytest.mark.skipif(not hasattr(os, "pidfd_open") or os.getuid() != 0, reason="the shell sandbox needs root"),
 ]
 

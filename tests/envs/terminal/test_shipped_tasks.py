@@ -7,7 +7,7 @@ import pytest
 import jgem
 from jgem.envs.terminal import SHIPPED_TASKS
 
-pytestmark = [pytest.mark.xdist_group("terminal"), pytest.mark.slow]  # scheduled early: the group is ~30 s
+pytestmark = pytest.mark.xdist_group("terminal")
 
 
 def test_enough_tasks_are_shipped_and_registered():

@@ -11,7 +11,7 @@ import pytest
 import jgem
 from jgem.envs.terminal.task import discover, load_task
 
-pytestmark = [pytest.mark.xdist_group("terminal"), pytest.mark.slow]  # scheduled early: the group is ~30 s
+pytestmark = pytest.mark.xdist_group("terminal")
 
 HELLO = 'echo "Hello, terminal!" > /app/hello.txt'
 
